@@ -1,0 +1,26 @@
+"""Pure tensor maths: baselines, normalisation, returns, TD targets, losses, KL estimators.
+
+Nothing here knows about models, devices, configs or files; trainers call these functions.
+"""
+
+from comlrl.core.advantages import ADVANTAGE_MODES, group_advantages, normalize_flat, normalize_groups
+from comlrl.core.kl import k3_token_kl, sequence_kl
+from comlrl.core.losses import PolicyLossOutput, policy_gradient_loss, sequence_logprobs, value_loss
+from comlrl.core.returns import cross_marginal_returns, node_returns, rewards_to_go, td_targets
+
+__all__ = [
+    "ADVANTAGE_MODES",
+    "PolicyLossOutput",
+    "cross_marginal_returns",
+    "group_advantages",
+    "k3_token_kl",
+    "node_returns",
+    "normalize_flat",
+    "normalize_groups",
+    "policy_gradient_loss",
+    "rewards_to_go",
+    "sequence_kl",
+    "sequence_logprobs",
+    "td_targets",
+    "value_loss",
+]

@@ -1,0 +1,185 @@
+"""Loading training entities, placing them on devices, and frozen copies for references."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from comlrl.models.sources import describe_source
+
+MODEL_CONFIG_KEYS = frozenset(
+    {
+        "torch_dtype",
+        "dtype",
+        "attn_implementation",
+        "special_tokens",
+        "model_kwargs",
+        "critic_model_kwargs",
+        "critic_value_head_hidden_dim",
+        "value_head_hidden_dim",
+        "trust_remote_code",
+    }
+)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def parse_dtype(value: Any) -> Any:
+    """A torch dtype, "auto", or None from a dtype or its usual spellings ("bf16", "torch.float32")."""
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower().removeprefix("torch.")
+        if key == "auto":
+            return "auto"
+        if key in _DTYPES:
+            return _DTYPES[key]
+    raise ValueError(
+        f"dtype {value!r} is not understood; use one of float32, bfloat16, float16, auto (or a torch.dtype)."
+    )
+
+
+def check_model_config(model_config: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Validate ``model_config`` and return a plain dict (unknown keys warn, they are not used)."""
+    if model_config is None:
+        return {}
+    if not isinstance(model_config, Mapping):
+        raise ValueError(f"model_config must be a dict, got {type(model_config).__name__}.")
+    unknown = sorted(set(model_config) - MODEL_CONFIG_KEYS)
+    if unknown:
+        warnings.warn(
+            f"model_config keys {unknown} are not used by comlrl (known: {sorted(MODEL_CONFIG_KEYS)}).",
+            stacklevel=3,
+        )
+    for key in ("model_kwargs", "critic_model_kwargs", "special_tokens"):
+        if model_config.get(key) is not None and not isinstance(model_config[key], Mapping):
+            raise ValueError(f"model_config[{key!r}] must be a dict, got {type(model_config[key]).__name__}.")
+    for key in ("torch_dtype", "dtype"):
+        parse_dtype(model_config.get(key))
+    return dict(model_config)
+
+
+def resolve_model_kwargs(model_config: Optional[Mapping[str, Any]], overrides: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """``from_pretrained`` keyword arguments from ``model_config`` and a nested override dict.
+
+    dtype: ``overrides`` dtype/torch_dtype, else ``model_config`` dtype/torch_dtype.
+    attn_implementation: overrides, else model_config, else ``model_config["model_kwargs"]``.
+    Any other key of ``overrides`` is passed through (e.g. ``trust_remote_code``).
+    """
+    model_config = dict(model_config or {})
+    overrides = dict(overrides or {})
+    kwargs: Dict[str, Any] = {}
+    dtype = None
+    for source in (overrides, model_config):
+        for key in ("dtype", "torch_dtype"):
+            if source.get(key) is not None and dtype is None:
+                dtype = parse_dtype(source[key])
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    nested = dict(model_config.get("model_kwargs") or {})
+    for source in (overrides, model_config, nested):
+        if "attn_implementation" in source:
+            if source["attn_implementation"] is not None:
+                kwargs["attn_implementation"] = source["attn_implementation"]
+            break
+    if model_config.get("trust_remote_code") is not None:
+        kwargs["trust_remote_code"] = bool(model_config["trust_remote_code"])
+    for key, value in overrides.items():
+        if key not in ("dtype", "torch_dtype", "attn_implementation"):
+            kwargs[key] = value
+    return kwargs
+
+
+def load_causal_lm(name: str, kwargs: Mapping[str, Any], label: str) -> nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(name, **dict(kwargs))
+    except (OSError, ValueError) as exc:
+        raise ValueError(
+            f"Could not load {label} from {name!r}: {exc}. Give a local directory that holds a saved model "
+            f"(config.json + weights) or a hub id this machine can reach."
+        ) from exc
+
+
+def load_models(
+    sources: Sequence[Any],
+    *,
+    kind: str,
+    model_kwargs: Mapping[str, Any],
+    devices: Sequence[torch.device],
+) -> List[nn.Module]:
+    """One model per source, each with its own parameters, placed on its device.
+
+    A string is loaded once; further entries naming the same string get deep copies (independent
+    parameters, no second read from disk). Model objects are used as given.
+    """
+    loaded: Dict[str, nn.Module] = {}
+    models: List[nn.Module] = []
+    for index, (source, device) in enumerate(zip(sources, devices)):
+        if isinstance(source, str):
+            if source in loaded:
+                model = copy.deepcopy(loaded[source])
+            else:
+                model = load_causal_lm(source, model_kwargs, f"{kind}[{index}]")
+                loaded[source] = model
+        else:
+            model = source
+        models.append(model)
+    # Move only after every copy is made, so copies never hold a second device's memory.
+    return [model.to(device) for model, device in zip(models, devices)]
+
+
+def own_cpu_parameters(model: nn.Module) -> None:
+    """Give every CPU parameter its own anonymous memory.
+
+    Models loaded from safetensors can keep parameters inside a read-only file mapping; the first
+    optimizer update then copies them page by page (copy-on-write faults), which costs about ten
+    times a plain copy. One sequential copy per parameter up front is much cheaper.
+    """
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.device.type == "cpu" and parameter.requires_grad:
+                parameter.data = parameter.data.clone()
+
+
+def freeze_model(model: nn.Module) -> nn.Module:
+    """Put a model in eval mode with every parameter frozen (for references)."""
+    model.eval()
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return model
+
+
+def frozen_copy(model: nn.Module, device: torch.device) -> nn.Module:
+    """An independent frozen copy of ``model`` on ``device``."""
+    return freeze_model(copy.deepcopy(model)).to(device)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    for parameter in model.parameters():
+        return parameter.device
+    return torch.device("cpu")
+
+
+def resize_for_tokenizer(model: nn.Module, tokenizer: Any, label: str) -> None:
+    """Grow the embedding when special tokens were added to this model's tokenizer."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is not None and len(tokenizer) > rows:
+        if not hasattr(model, "resize_token_embeddings"):
+            raise ValueError(f"{label} ({describe_source(model)}) cannot resize its embeddings for the added tokens.")
+        model.resize_token_embeddings(len(tokenizer))

@@ -1,0 +1,63 @@
+"""Exporting trained entities as ordinary Hugging Face folders, never clobbering what exists.
+
+Each folder is written into a hidden staging directory beside its target and renamed into place,
+so a crash mid-save leaves either the old folder or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Any, Callable, Optional
+
+
+def _non_empty_dir(path: str) -> bool:
+    return os.path.isdir(path) and bool(os.listdir(path))
+
+
+def check_target_free(path: str, overwrite: bool) -> None:
+    """Raise FileExistsError when ``path`` holds something and ``overwrite`` is False."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"{path} exists and is not a directory; choose another output_dir.")
+    if _non_empty_dir(path) and not overwrite:
+        raise FileExistsError(
+            f"{path} already exists and is not empty; refusing to overwrite it. Choose a new output_dir, "
+            f"or call save_model(..., overwrite=True) to replace it."
+        )
+
+
+def write_dir_atomically(path: str, write: Callable[[str], None], overwrite: bool = False) -> None:
+    """Run ``write(staging_dir)`` and move the result to ``path`` in one rename."""
+    check_target_free(path, overwrite)
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=parent)
+    backup: Optional[str] = None
+    try:
+        write(staging)
+        if os.path.exists(path):
+            backup = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old.", dir=parent)
+            os.rmdir(backup)
+            os.replace(path, backup)
+        os.replace(staging, path)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if backup is not None and not os.path.exists(path):
+            os.replace(backup, path)
+        raise
+    if backup is not None:
+        shutil.rmtree(backup, ignore_errors=True)
+
+
+def save_pretrained_dir(path: str, model: Any, tokenizer: Any = None, overwrite: bool = False, extra: Optional[Callable[[str], None]] = None) -> None:
+    """``model.save_pretrained`` (+ tokenizer, + ``extra(dir)``) into ``path`` atomically."""
+
+    def write(staging: str) -> None:
+        model.save_pretrained(staging)
+        if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(staging)
+        if extra is not None:
+            extra(staging)
+
+    write_dir_atomically(path, write, overwrite)

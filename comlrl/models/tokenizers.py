@@ -1,0 +1,155 @@
+"""Tokenizers of training entities: who gets which tokenizer, and the special ids we need.
+
+Trainers never rewrite a model's config for padding (CoMLRL 1.4.3 wrote pad/eos ids into every model
+config lazily); the ids below are passed explicitly wherever they are needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+from comlrl.models.sources import describe_source
+
+
+def _is_tokenizer_sequence(value: Any) -> bool:
+    return isinstance(value, (list, tuple))
+
+
+def plan_tokenizers(tokenizer: Any, sources: Sequence[Any], *, kind: str = "agents", argument: str = "tokenizer") -> List[Any]:
+    """One tokenizer (object) or tokenizer source (string to load) per entity, without loading.
+
+    - ``tokenizer`` None: each string source's own tokenizer is loaded; a model object has no
+      loadable name, so a tokenizer must then be given.
+    - a list/tuple: one per entity (length must match).
+    - anything else: one tokenizer (object, hub id or directory) shared by every entity.
+    """
+    count = len(sources)
+    if tokenizer is None:
+        for index, source in enumerate(sources):
+            if not isinstance(source, str):
+                raise ValueError(
+                    f"{argument} is required because {kind}[{index}] is {describe_source(source)}: a loaded "
+                    f"model carries no tokenizer. Pass {argument}=<tokenizer> (shared) or a list with one "
+                    f"tokenizer per entry of {kind}."
+                )
+        return list(sources)
+    if _is_tokenizer_sequence(tokenizer):
+        if len(tokenizer) != count:
+            raise ValueError(
+                f"{argument} length ({len(tokenizer)}) must match the number of {kind} ({count}): "
+                f"give one tokenizer per entry, or a single tokenizer to share."
+            )
+        for index, entry in enumerate(tokenizer):
+            if entry is None:
+                raise ValueError(f"{argument}[{index}] is None; give a tokenizer object, hub id or directory.")
+        return list(tokenizer)
+    return [tokenizer] * count
+
+
+def load_tokenizers(plan: Sequence[Any]) -> List[Any]:
+    """Load string entries with ``AutoTokenizer`` (each distinct string once); objects pass through."""
+    from transformers import AutoTokenizer
+
+    cache: Dict[str, Any] = {}
+    out = []
+    for entry in plan:
+        if isinstance(entry, str):
+            if entry not in cache:
+                try:
+                    cache[entry] = AutoTokenizer.from_pretrained(entry)
+                except (OSError, ValueError) as exc:
+                    raise ValueError(
+                        f"Could not load a tokenizer from {entry!r}: {exc}. Give a local directory that holds "
+                        f"tokenizer files, a reachable hub id, or pass tokenizer=... explicitly."
+                    ) from exc
+            out.append(cache[entry])
+        else:
+            out.append(entry)
+    return out
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id used to pad: the tokenizer's pad token, else its end-of-sequence token."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    if pad is None:
+        pad = getattr(tokenizer, "eos_token_id", None)
+    if pad is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has neither a pad token nor an end-of-sequence token; "
+            f"set tokenizer.pad_token before training."
+        )
+    return int(pad)
+
+
+def eos_token_ids(tokenizer: Any, model: Any = None) -> List[int]:
+    """Every id that ends a completion: the tokenizer's eos and the model's generation-config eos."""
+    ids: List[int] = []
+
+    def add(value: Any) -> None:
+        if value is None:
+            return
+        for item in value if isinstance(value, (list, tuple, set)) else [value]:
+            if item is not None and int(item) not in ids:
+                ids.append(int(item))
+
+    add(getattr(tokenizer, "eos_token_id", None))
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is not None:
+        add(getattr(generation_config, "eos_token_id", None))
+    return ids
+
+
+def ensure_pad_token(tokenizer: Any) -> Any:
+    """Give ``tokenizer`` a pad token (its eos) when it has none; raise if it has neither."""
+    if getattr(tokenizer, "pad_token", None) is None and getattr(tokenizer, "eos_token", None) is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if getattr(tokenizer, "pad_token_id", None) is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} has no pad token and no eos token to use instead; set tokenizer.pad_token."
+        )
+    return tokenizer
+
+
+def ensure_tokenizer(model: Any, tokenizer: Any = None) -> Any:
+    """``tokenizer`` (given) or the tokenizer loaded from the model id ``model``, with a pad token."""
+    if tokenizer is None:
+        if not isinstance(model, str):
+            raise ValueError(
+                f"A tokenizer is required for {describe_source(model)}; pass tokenizer=... explicitly."
+            )
+        tokenizer = load_tokenizers([model])[0]
+    return ensure_pad_token(tokenizer)
+
+
+def resolve_tokenizers(model: Any, tokenizer: Any, agents: Optional[Sequence[Any]] = None) -> Any:
+    """CoMLRL-compatible helper: a tokenizer list when ``agents`` is given, else one tokenizer."""
+    if agents is None:
+        if _is_tokenizer_sequence(tokenizer):
+            return [ensure_pad_token(t) for t in load_tokenizers(tokenizer)]
+        return ensure_tokenizer(model, tokenizer)
+    tokenizers = load_tokenizers(plan_tokenizers(tokenizer, list(agents)))
+    if not _is_tokenizer_sequence(tokenizer) and tokenizer is not None:
+        return ensure_pad_token(tokenizers[0])
+    return [ensure_pad_token(t) for t in tokenizers]
+
+
+def add_special_tokens(tokenizer: Any, special_tokens: Optional[Dict[str, Any]]) -> None:
+    """Apply ``model_config["special_tokens"]`` to a tokenizer (embeddings are resized by the loader)."""
+    if special_tokens:
+        tokenizer.add_special_tokens(dict(special_tokens))
+
+
+def check_vocabulary_fits(model: Any, tokenizer: Any, label: str) -> None:
+    """Refuse a tokenizer whose ids do not all index the model's input embedding."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    rows = getattr(embeddings, "num_embeddings", None)
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        return  # duck-typed tokenizer without a length: nothing to check
+    if rows is not None and size > rows:
+        raise ValueError(
+            f"The tokenizer of {label} has {size} tokens but the model's embedding has only {rows} rows, so "
+            f"some ids would fall outside it. Give this model its own tokenizer (a list with one tokenizer "
+            f"per agent), or resize the model's embeddings."
+        )

@@ -1,0 +1,97 @@
+"""Log-probabilities of sampled completions from one batched, masked forward pass.
+
+Only the completion positions reach the language-model head (``logits_to_keep``), the log-softmax
+is taken in float32 as ``logit[y] - logsumexp(logits)`` (no full log-probability tensor), and the
+logits are divided by the sampling temperature so the scores are those of the distribution that
+drew the samples.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+
+from comlrl.core.logprobs import selected_logprobs
+from comlrl.rollout.batch import SequenceBatch
+
+
+@functools.lru_cache(maxsize=64)
+def _forward_parameters(forward_type: type) -> frozenset:
+    try:
+        return frozenset(inspect.signature(forward_type.forward).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
+
+
+def _accepts(model: nn.Module, name: str) -> bool:
+    return name in _forward_parameters(type(model))
+
+
+@dataclass
+class CompletionScores:
+    """Per-token results of scoring a ``SequenceBatch``: ``[R, C]`` each."""
+
+    logprobs: torch.Tensor
+    entropy: Optional[torch.Tensor] = None  # detached; only when requested
+    hidden_states: Optional[torch.Tensor] = None  # [R, C, H] last-layer states at the scored positions
+
+
+def model_inputs(model: nn.Module, batch: SequenceBatch, keep: int) -> dict:
+    """Keyword arguments of a forward that returns logits for the last ``keep`` positions."""
+    inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+    if _accepts(model, "position_ids"):
+        inputs["position_ids"] = batch.position_ids
+    if _accepts(model, "use_cache"):
+        inputs["use_cache"] = False
+    if _accepts(model, "logits_to_keep"):
+        inputs["logits_to_keep"] = keep
+    return inputs
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log softmax(logits / T)[y]`` in float32: ``[R, C]``. Overwrites ``logits`` during backward."""
+    return selected_logprobs(logits, targets, temperature)
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0, chunk_rows: int = 8) -> torch.Tensor:
+    """Entropy of ``softmax(logits / T)`` per position, without gradient: ``[R, C]``."""
+    out = torch.empty(logits.shape[:-1], dtype=torch.float32, device=logits.device)
+    with torch.no_grad():
+        for start in range(0, logits.shape[0], chunk_rows):
+            chunk = logits[start : start + chunk_rows].float()
+            if temperature != 1.0:
+                chunk = chunk / temperature
+            logp = torch.log_softmax(chunk, dim=-1)
+            out[start : start + chunk_rows] = -(logp.exp() * logp).sum(dim=-1)
+    return out
+
+
+def score_completions(
+    model: nn.Module,
+    batch: SequenceBatch,
+    temperature: float = 1.0,
+    *,
+    with_entropy: bool = False,
+    with_hidden_states: bool = False,
+) -> CompletionScores:
+    """Score every completion token of ``batch`` in one forward of ``model``.
+
+    Grad mode is the caller's: call under ``torch.no_grad()`` for rollout-time scores.
+    """
+    width = batch.completion_width
+    inputs = model_inputs(model, batch, width)
+    if with_hidden_states:
+        inputs["output_hidden_states"] = True
+    output = model(**inputs)
+    logits = output.logits if hasattr(output, "logits") else output[0]
+    logits = logits[:, -width:, :]
+    entropy = token_entropy(logits, temperature) if with_entropy else None  # before backward reuses logits
+    scores = CompletionScores(logprobs=token_logprobs(logits, batch.targets, temperature), entropy=entropy)
+    if with_hidden_states:
+        scores.hidden_states = output.hidden_states[-1][:, -width:, :]
+    return scores

@@ -1,0 +1,23 @@
+"""Trainers, one package per algorithm family, on the shared loop of ``comlrl.trainers.base``."""
+
+from comlrl.trainers.reinforce import (
+    MAGRPOConfig,
+    MAGRPOTrainer,
+    MAREINFORCEConfig,
+    MAREINFORCETrainer,
+    MAReMaxConfig,
+    MAReMaxTrainer,
+    MARLOOConfig,
+    MARLOOTrainer,
+)
+
+__all__ = [
+    "MAGRPOConfig",
+    "MAGRPOTrainer",
+    "MAREINFORCEConfig",
+    "MAREINFORCETrainer",
+    "MARLOOConfig",
+    "MARLOOTrainer",
+    "MAReMaxConfig",
+    "MAReMaxTrainer",
+]

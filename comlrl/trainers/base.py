@@ -1,0 +1,257 @@
+"""The loop every trainer shares: epochs of steps over the training items, evaluation on schedule,
+metrics, progress and model export. Algorithms fill in ``_items_per_step``, ``_train_step``,
+``_flush_buffers`` and ``evaluate``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from comlrl.models.saving import check_target_free, save_pretrained_dir
+from comlrl.rollout.generation import RESERVED_GENERATION_KEYS
+from comlrl.training.optim import AgentOptimizer
+from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
+from comlrl.training.progress import ProgressBar
+from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
+
+
+@dataclass
+class TrainingState:
+    """Where a run is: the cursor a checkpoint needs to continue from the exact same step."""
+
+    epoch: int = 0  # epochs completed
+    position: int = 0  # training items consumed in the current epoch
+    env_step: int = 0  # joint rewards computed so far (the x-axis of every log)
+    global_step: int = 0  # training steps (one rollout + its updates) so far
+
+
+def is_map_dataset(dataset: Any) -> bool:
+    return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
+
+
+def dataset_length(dataset: Any) -> Optional[int]:
+    try:
+        return len(dataset)
+    except TypeError:
+        return None
+
+
+def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(values), size):
+        yield values[start : start + size]
+
+
+class TrainerBase:
+    """Shared training loop (see module docstring). Subclasses set ``args``, ``agents``,
+    ``tokenizers``, ``optimizers``, ``train_dataset`` and ``eval_dataset`` and call
+    ``_init_services``."""
+
+    algorithm_name = "base"
+    default_config_cls: Any = None
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def _resolve_args(cls, args: Any) -> Any:
+        """The config to use: a private copy of ``args`` (or the trainer's default config)."""
+        if args is None:
+            return cls.default_config_cls()
+        family = getattr(cls, "config_family", None) or cls.default_config_cls
+        if not isinstance(args, family):
+            raise TypeError(f"args must be a {family.__name__} (or a subclass), got {type(args).__name__}.")
+        return copy.copy(args)
+
+    def _init_services(self, wandb_config: Optional[Mapping[str, Any]], run_config: Dict[str, Any]) -> None:
+        self.state = TrainingState()
+        self.wandb_config = dict(wandb_config) if wandb_config is not None else None
+        verbose = self.args.verbose
+        self.verbose = verbose_from_wandb_config(self.wandb_config) if verbose is None else bool(verbose)
+        self._memory = MemorySink()
+        self._wandb: Optional[WandbSink] = None
+        self._run_config = run_config
+        sinks: List[Any] = [self._memory]
+        if self.args.output_dir:
+            sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl")))
+        self.metrics = MetricsLogger(sinks, self.args.logging_steps)
+        self._generation_kwargs: Dict[str, Any] = {}
+        if self.wandb_config is not None:
+            self._start_wandb()
+
+    def _start_wandb(self) -> None:
+        if self._wandb is None:
+            self._wandb = WandbSink(self.wandb_config, dict(self._run_config))
+            self.metrics.sinks.append(self._wandb)
+
+    @property
+    def wandb_initialized(self) -> bool:
+        return self._wandb is not None
+
+    @property
+    def env_step(self) -> int:
+        return self.state.env_step
+
+    @env_step.setter
+    def env_step(self, value: int) -> None:
+        self.state.env_step = int(value)
+
+    @property
+    def log_history(self) -> List[Dict[str, Any]]:
+        """Every logged row (training and evaluation), oldest first."""
+        return self._memory.rows
+
+    # ------------------------------------------------------------------ optimisation helpers
+    def _make_optimizer(self, parameters, lr: float) -> AgentOptimizer:
+        a = self.args
+        in_backward = a.optimizer_in_backward if a.optimizer_in_backward is not None else a.max_grad_norm is None
+        return AgentOptimizer(
+            parameters, lr=lr, betas=a.adam_betas, eps=a.adam_epsilon, weight_decay=a.weight_decay,
+            fused=a.optimizer_fused, max_grad_norm=a.max_grad_norm, in_backward=in_backward,
+        )
+
+    # ------------------------------------------------------------------ the loop
+    def train(
+        self,
+        resume_from_checkpoint: Optional[str] = None,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_interval: int = 1,
+        checkpoint_total_limit: Optional[int] = None,
+        **generation_kwargs: Any,
+    ) -> None:
+        """Train for ``args.num_train_epochs`` epochs.
+
+        ``generation_kwargs`` are extra ``generate`` settings (e.g. ``repetition_penalty``); the
+        sampling settings of the config cannot be overridden here.
+        """
+        self._set_generation_kwargs(generation_kwargs)
+        if resume_from_checkpoint is not None or checkpoint_dir is not None or checkpoint_total_limit is not None or checkpoint_interval != 1:
+            raise NotImplementedError("training checkpoints are not available yet")
+        if self.train_dataset is None:
+            raise ValueError("train_dataset is required to train; pass train_dataset=... to the trainer.")
+        self._run_epochs()
+
+    def _set_generation_kwargs(self, kwargs: Mapping[str, Any]) -> None:
+        from transformers import GenerationConfig
+
+        reserved = sorted(set(kwargs) & RESERVED_GENERATION_KEYS)
+        if reserved:
+            raise ValueError(f"train() cannot override {reserved}; set them in the config ({type(self.args).__name__}).")
+        known = set(GenerationConfig().to_dict())
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ValueError(f"train() got unknown generation settings {unknown}; see transformers.GenerationConfig.")
+        self._generation_kwargs = dict(kwargs)
+
+    def _run_epochs(self) -> None:
+        total = self.args.num_train_epochs
+        length = dataset_length(self.train_dataset)
+        while self.state.epoch < total:
+            bar = ProgressBar(
+                total=length, initial=self.state.position, enabled=self.verbose,
+                desc=f"{self.algorithm_name} epoch {self.state.epoch + 1}/{total}",
+            )
+            try:
+                for start, items in self._epoch_steps(self.state.position):
+                    self._maybe_evaluate(start, len(items))
+                    self._train_step(items)
+                    self.state.position = start + len(items)
+                    self.state.global_step += 1
+                    row = self.metrics.flush(self.env_step)
+                    bar.update(len(items), row)
+                    self._after_step()
+                self._flush_buffers()
+                self.metrics.flush(self.env_step, force=True)
+            finally:
+                bar.close()
+            self.state.epoch += 1
+            self.state.position = 0
+            self._after_epoch()
+
+    def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
+        size = self._items_per_step()
+        dataset = self.train_dataset
+        if is_map_dataset(dataset):
+            length = len(dataset)
+            for first in range(start, length, size):
+                yield first, [dataset[i] for i in range(first, min(first + size, length))]
+            return
+        iterator = iter(dataset)
+        for _ in range(start):
+            next(iterator, None)
+        position, items = start, []
+        for item in iterator:
+            items.append(item)
+            if len(items) == size:
+                yield position, items
+                position, items = position + size, []
+        if items:
+            yield position, items
+
+    def _maybe_evaluate(self, start: int, count: int) -> None:
+        interval = self.args.eval_interval
+        if self.eval_dataset is None or interval <= 0:
+            return
+        if any((start + offset) % interval == 0 for offset in range(count)):
+            self.evaluate()
+
+    # hooks (checkpointing attaches here)
+    def _after_step(self) -> None:
+        pass
+
+    def _after_epoch(self) -> None:
+        pass
+
+    # ------------------------------------------------------------------ algorithm interface
+    def _items_per_step(self) -> int:
+        raise NotImplementedError
+
+    def _train_step(self, items: List[Any]) -> None:
+        raise NotImplementedError
+
+    def _flush_buffers(self) -> None:
+        raise NotImplementedError
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> Dict[str, float]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ evaluation items
+    def _eval_items(self, count: int) -> List[Any]:
+        dataset = self.eval_dataset
+        if is_map_dataset(dataset):
+            return [dataset[i] for i in range(min(count, len(dataset)))]
+        items = []
+        for item in dataset:
+            if len(items) >= count:
+                break
+            items.append(item)
+        return items
+
+    # ------------------------------------------------------------------ export
+    def _agent_export_dirs(self, output_dir: str) -> List[str]:
+        return [os.path.join(output_dir, f"agent_{i}") for i in range(len(self.agents))]
+
+    def save_model(self, output_dir: str, overwrite: bool = False) -> None:
+        """Write ``output_dir/agent_i/`` (weights, config, tokenizer) for every agent.
+
+        Each folder loads back with ``AutoModelForCausalLM`` / ``AutoTokenizer`` and can be given to a
+        new trainer as ``agents=[".../agent_0", ...]``. Existing non-empty folders are refused unless
+        ``overwrite=True``. A W&B run stays open.
+        """
+        targets = self._agent_export_dirs(output_dir)
+        for target in targets:
+            check_target_free(target, overwrite)
+        for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
+            save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
+        if self._wandb is not None:
+            self._wandb.write({"final_model_saved": 1.0}, self.env_step)
+
+    def _export_model(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def close(self) -> None:
+        """Close metric sinks (and finish a W&B run this trainer opened)."""
+        self.metrics.close()

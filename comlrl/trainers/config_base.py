@@ -1,0 +1,134 @@
+"""The contract every trainer config follows.
+
+A config is a dataclass with a docstring per field, validated in ``__post_init__`` with errors that
+name the field, the value and the fix. Configs remember which fields the caller set explicitly
+(``explicit_fields``), so a trainer can tell "left at its default" from "asked for", and they load
+from plain dicts (YAML sections) with unknown keys rejected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional
+
+PARALLEL_MODES = ("none", "mp")
+
+
+class ConfigBase:
+    """Mixin for trainer config dataclasses (see module docstring)."""
+
+    # Fields that may change when a run resumes from a checkpoint (documented in docs/checkpoints.md).
+    resumable_fields: ClassVar[FrozenSet[str]] = frozenset()
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        obj = super().__new__(cls)
+        names = [f.name for f in dataclasses.fields(cls) if f.init][: len(args)]
+        object.__setattr__(obj, "_explicit_fields", frozenset(names) | frozenset(kwargs))
+        return obj
+
+    @property
+    def explicit_fields(self) -> FrozenSet[str]:
+        """Names of the fields given to the constructor (as opposed to left at their defaults)."""
+        return getattr(self, "_explicit_fields", frozenset())
+
+    def is_explicit(self, name: str) -> bool:
+        return name in self.explicit_fields
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls) if f.init]
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any], *, section: Optional[str] = None):
+        """Build a config from a mapping; unknown keys raise a ValueError with close matches."""
+        known = set(cls.field_names())
+        unknown = [key for key in values if key not in known]
+        if unknown:
+            where = f" in section '{section}'" if section else ""
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            raise ValueError(
+                f"Unknown {cls.__name__} field(s){where}: {', '.join(hints)}. "
+                f"Valid fields: {', '.join(sorted(known))}."
+            )
+        return cls(**dict(values))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {name: getattr(self, name) for name in self.field_names()}
+
+
+# ----------------------------------------------------------------------------- validation helpers
+
+
+def require_at_least(config: Any, name: str, minimum: float) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}. Got {value!r}.")
+
+
+def require_int_at_least(config: Any, name: str, minimum: int) -> None:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer >= {minimum}. Got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}. Got {value!r}.")
+
+
+def require_in_range(config: Any, name: str, low: float, high: float, *, low_open: bool = False) -> None:
+    value = getattr(config, name)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok:
+        ok = (value > low if low_open else value >= low) and value <= high
+    if not ok:
+        bracket = "(" if low_open else "["
+        raise ValueError(f"{name} must be in {bracket}{low}, {high}]. Got {value!r}.")
+
+
+def require_optional_positive(config: Any, name: str) -> None:
+    value = getattr(config, name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ValueError(f"{name} must be a positive number or None. Got {value!r}.")
+
+
+def require_choice(config: Any, name: str, choices: Iterable[str], aliases: Optional[Mapping[str, str]] = None) -> str:
+    """Normalise a string option (case and surrounding spaces ignored) and store the canonical value."""
+    value = getattr(config, name)
+    canonical = value.strip().lower() if isinstance(value, str) else value
+    if aliases and canonical in aliases:
+        canonical = aliases[canonical]
+    choices = tuple(choices)
+    if canonical not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}. Got {value!r}.")
+    setattr(config, name, canonical)
+    return canonical
+
+
+def normalize_parallel_training(config: Any, device_fields: Iterable[str]) -> None:
+    """``parallel_training`` in {"none", "mp"} ("null"/None mean "none"); "mp" needs explicit devices."""
+    value = config.parallel_training
+    mode = "none" if value is None else str(value).strip().lower()
+    if mode == "null":
+        mode = "none"
+    if mode not in PARALLEL_MODES:
+        raise ValueError(f"parallel_training only supports: none, mp. Got {value!r}.")
+    config.parallel_training = mode
+    if mode == "mp":
+        for field in device_fields:
+            if getattr(config, field) is None:
+                raise ValueError(
+                    f"parallel_training='mp' needs {field}: give one device per model, "
+                    f"e.g. {field}=['cuda:0', 'cuda:1']."
+                )
+
+
+def validate_reference_kl(config: Any) -> None:
+    coef = config.reference_kl_coef
+    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
+        raise ValueError(f"reference_kl_coef must be >= 0. Got {coef!r}.")
+    if not isinstance(config.reference_kl_enabled, bool):
+        raise ValueError(f"reference_kl_enabled must be True or False. Got {config.reference_kl_enabled!r}.")

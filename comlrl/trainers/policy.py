@@ -1,0 +1,168 @@
+"""What every policy-gradient trainer does with one agent: sample, score, and take gradient steps.
+
+``PolicyAgent`` bundles an agent's model, tokenizer, sampler, optimizer and optional frozen reference.
+``PolicyRows`` is a batch of sampled completions with their advantages; ``backward_policy_rows``
+runs the batched forward/backward of the policy-gradient loss over them (in row micro-batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from comlrl.core.kl import sequence_kl
+from comlrl.core.losses import policy_gradient_loss
+from comlrl.models.loading import frozen_copy
+from comlrl.models.tokenizers import pad_token_id
+from comlrl.rollout.batch import build_sequence_batch
+from comlrl.rollout.generation import Completions, HFGenerator
+from comlrl.rollout.scoring import score_completions
+from comlrl.training.optim import AgentOptimizer
+
+
+class PolicyAgent:
+    """One agent: model, tokenizer, sampler, optimizer, optional frozen reference."""
+
+    def __init__(self, index: int, model: nn.Module, tokenizer: Any, device: torch.device, reference: Optional[nn.Module] = None):
+        self.index = index
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.reference = reference
+        self.pad_id = pad_token_id(tokenizer)
+        self.generator = HFGenerator(model, tokenizer, device)
+        self.optimizer: Optional[AgentOptimizer] = None
+
+    def token_logprobs(self, model: nn.Module, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], temperature: float) -> torch.Tensor:
+        """``[R, C]`` log-probs of the completions under ``model`` (no grad, eval mode)."""
+        device = next(model.parameters()).device
+        batch = build_sequence_batch(prompts, completions, self.pad_id, device)
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.no_grad():
+                logprobs = score_completions(model, batch, temperature).logprobs
+        finally:
+            model.train(was_training)
+        return (logprobs * batch.mask).cpu()
+
+    def rollout_extras(self, completions: Completions, temperature: float, *, old_logprobs: bool, reference_kl: bool) -> Dict[str, Any]:
+        """Sampling log-probs and/or the sampled KL to the reference for every row of ``completions``."""
+        if not (old_logprobs or (reference_kl and self.reference is not None)):
+            return {}
+        prompts = [completions.prompt_of_row(r) for r in range(len(completions.tokens))]
+        policy = self.token_logprobs(self.model, prompts, completions.tokens, temperature)
+        out: Dict[str, Any] = {}
+        if old_logprobs:
+            out["old_logprobs"] = [policy[r, : len(t)].clone() for r, t in enumerate(completions.tokens)]
+        if reference_kl and self.reference is not None:
+            reference = self.token_logprobs(self.reference, prompts, completions.tokens, temperature)
+            mask = torch.zeros_like(policy)
+            for r, t in enumerate(completions.tokens):
+                mask[r, : len(t)] = 1.0
+            out["reference_kl"] = sequence_kl(policy, reference, mask)
+        return out
+
+
+def build_references(agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device]) -> List[nn.Module]:
+    """Frozen copies of the initial agents; agents loaded from the same id share one reference."""
+    shared: Dict[Any, nn.Module] = {}
+    references = []
+    for model, source, device in zip(agents, sources, devices):
+        key = (source, device) if isinstance(source, str) else None
+        if key is not None and key in shared:
+            references.append(shared[key])
+            continue
+        reference = frozen_copy(model, device)
+        if key is not None:
+            shared[key] = reference
+        references.append(reference)
+    return references
+
+
+@dataclass
+class PolicyRows:
+    """Sampled completions with their credit, ready for one optimizer step."""
+
+    prompts: List[torch.Tensor] = field(default_factory=list)
+    completions: List[torch.Tensor] = field(default_factory=list)
+    advantages: List[float] = field(default_factory=list)
+    weights: List[float] = field(default_factory=list)
+    old_logprobs: List[Optional[torch.Tensor]] = field(default_factory=list)
+
+    def add(self, prompt: torch.Tensor, completion: torch.Tensor, advantage: float, weight: float, old: Optional[torch.Tensor] = None) -> None:
+        self.prompts.append(prompt)
+        self.completions.append(completion)
+        self.advantages.append(float(advantage))
+        self.weights.append(float(weight))
+        self.old_logprobs.append(old)
+
+    def __len__(self) -> int:
+        return len(self.completions)
+
+
+def _old_logprob_tensor(olds: Sequence[Optional[torch.Tensor]], width: int) -> Optional[torch.Tensor]:
+    if not olds or any(o is None for o in olds):
+        return None
+    out = torch.zeros(len(olds), width)
+    for r, old in enumerate(olds):
+        out[r, : min(width, len(old))] = old[:width]
+    return out
+
+
+def backward_policy_rows(
+    agent: PolicyAgent,
+    rows: PolicyRows,
+    *,
+    temperature: float,
+    clip_range: Optional[float],
+    micro_batch_size: Optional[int],
+    label: str,
+) -> Dict[str, float]:
+    """Forward and backward the policy-gradient loss of ``rows`` through ``agent.optimizer``
+    (the caller finishes the update with ``agent.optimizer.step``).
+
+    Dropout is off (eval mode) so the scored distribution is the sampling one. Raises
+    FloatingPointError on a non-finite loss.
+    """
+    model = agent.model
+    model.eval()
+    size = micro_batch_size or len(rows)
+    totals = {"loss": 0.0, "entropy": 0.0, "ratio": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+    for start in range(0, len(rows), size):
+        stop = min(start + size, len(rows))
+        batch = build_sequence_batch(rows.prompts[start:stop], rows.completions[start:stop], agent.pad_id, agent.device)
+        scores = score_completions(model, batch, temperature, with_entropy=True)
+        old = _old_logprob_tensor(rows.old_logprobs[start:stop], batch.completion_width)
+        output = policy_gradient_loss(
+            scores.logprobs,
+            batch.mask,
+            torch.tensor(rows.advantages[start:stop], device=agent.device),
+            torch.tensor(rows.weights[start:stop], device=agent.device),
+            old_token_logprobs=old.to(agent.device) if old is not None else None,
+            clip_range=clip_range,
+        )
+        if not torch.isfinite(output.loss):
+            raise FloatingPointError(
+                f"{label}: the policy loss is {float(output.loss)}. Check that rewards are finite and of a sane "
+                f"scale, lower the learning rate, or set max_grad_norm."
+            )
+        agent.optimizer.backward(output.loss, last=stop == len(rows))
+        tokens = float(batch.mask.sum())
+        totals["loss"] += float(output.loss.detach())
+        totals["entropy"] += float((scores.entropy * batch.mask).sum())
+        totals["tokens"] += tokens
+        for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
+            totals[key] += float(value) * tokens
+    tokens = max(totals["tokens"], 1.0)
+    metrics = {
+        "loss": totals["loss"],
+        "entropy": totals["entropy"] / tokens,
+        "completion_length": totals["tokens"] / max(len(rows), 1),
+    }
+    if any(o is not None for o in rows.old_logprobs):
+        metrics.update(ratio=totals["ratio"] / tokens, clip_fraction=totals["clip_fraction"] / tokens, approx_kl=totals["approx_kl"] / tokens)
+    return metrics

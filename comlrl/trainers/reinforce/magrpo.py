@@ -1,0 +1,302 @@
+"""MAGRPO: every agent samples K completions per prompt, joint responses share one reward, and each
+agent follows the policy gradient of its completions' advantages against their group.
+
+One training step (``_train_step``):
+  1. rollout   the trees of a batch of items, one generate call per agent per tree level
+  2. buffer    each (node, agent) group goes to that agent's rollout buffer
+  3. update    every full buffer is drained: per turn, shuffled minibatches of ``train_batch_size``
+               groups, one batched forward/backward and one optimizer step each
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from comlrl.core.advantages import group_advantages, normalize_groups
+from comlrl.models.entities import agent_count, load_agents, plan_agents
+from comlrl.models.loading import check_model_config
+from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.generation import SamplingParams
+from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
+from comlrl.trainers.base import TrainerBase, chunked
+from comlrl.trainers.policy import PolicyAgent, PolicyRows, backward_policy_rows, build_references
+from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
+from comlrl.training.devices import resolve_devices
+
+# The record a rollout buffer holds (CoMLRL 1.4.3 name).
+NodeSample = GroupSample
+
+
+class MAGRPOTrainer(TrainerBase):
+    """Multi-Agent GRPO trainer (see the module docstring and ``MAGRPOConfig``).
+
+    Agents: ``agent_model`` (an id or directory) with ``num_agents`` for identical independent copies,
+    or ``agents`` (ids, directories or loaded models, one per agent). ``tokenizer`` is one tokenizer
+    for all agents or a list with one per agent; it may be omitted when every agent is given by id.
+    """
+
+    default_config_cls = MAGRPOConfig
+    config_family = MAGRPOConfig
+    algorithm_name = "MAGRPO"
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        agents: Optional[List[Any]] = None,
+        num_agents: Optional[int] = None,
+        tokenizer: Any = None,
+        model_config: Optional[Dict[str, Any]] = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        reward_func: Any = None,
+        reward_processor: Any = None,
+        formatters: Any = None,
+        external_transition: Any = None,
+        wandb_config: Optional[Dict[str, Any]] = None,
+        eval_logger: Any = None,
+        eval_aggregator: Any = None,
+        args: Optional[MAGRPOConfig] = None,
+    ):
+        args = self._resolve_args(args)
+        if type(args) is MAGRPOConfig and not args.is_explicit("advantage_mode"):
+            args.advantage_mode = self.default_config_cls.advantage_mode
+        if agent_model is None and agents is None:
+            raise ValueError("Either agent_model or agents must be provided (a model id, a directory, or a list of them).")
+        count = agent_count(agent_model, agents, num_agents, args)
+        args.num_agents = count
+        plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
+        self.formatters = build_formatters(formatters, count, pass_none_external_prompts=False)
+        self.reward = RewardFunction(reward_func, count, reward_processor)
+        self._check_transition(args, external_transition)
+        for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
+            if value is not None and not callable(value):
+                raise ValueError(f"{name} must be callable, got {type(value).__name__}.")
+        model_config = check_model_config(model_config)
+        devices = resolve_devices(args.agent_devices, count, "agent_devices")
+        reference_devices = resolve_devices(args.reference_devices, count, "reference_devices") if args.reference_devices is not None else devices
+
+        self.args = args
+        self.num_agents = count
+        self.model_name = plan.model_name
+        self.agents, self.tokenizers = load_agents(plan, model_config, devices)
+        self.tokenizer = self.tokenizers[0]
+        self.agent_devices = devices
+        self.reference_models = build_references(self.agents, plan.sources, reference_devices) if args.reference_kl_enabled else []
+        self.policies = [
+            PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
+            for i, (model, tok, device) in enumerate(zip(self.agents, self.tokenizers, devices))
+        ]
+        self.optimizers = []
+        for policy in self.policies:
+            policy.optimizer = self._make_optimizer(policy.model.parameters(), args.agent_learning_rate)
+            self.optimizers.append(policy.optimizer.optimizer)
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.reward_func = reward_func
+        self.reward_processor = reward_processor
+        self.external_transition = external_transition
+        self.eval_logger = eval_logger
+        self.eval_aggregator = eval_aggregator
+        self.rollout_buffers: List[List[GroupSample]] = [[] for _ in range(count)]
+        self._init_services(wandb_config, self._wandb_run_config())
+
+    @staticmethod
+    def _check_transition(args: MAGRPOConfig, transition: Any) -> None:
+        if transition is not None and not callable(transition):
+            raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
+        if args.num_turns > 1 and transition is None:
+            raise ValueError(
+                f"Multi-turn MAGRPO requires an external_transition (num_turns={args.num_turns}): give a function "
+                f"that returns the next turn's prompts, or set num_turns=1."
+            )
+
+    def _wandb_run_config(self) -> Dict[str, Any]:
+        a = self.args
+        return {
+            "model_name": self.model_name, "num_agents": self.num_agents, "num_turns": a.num_turns,
+            "algorithm": self.algorithm_name, "advantage_mode": a.advantage_mode,
+            "advantage_normalization": a.advantage_normalization, "reference_kl_enabled": a.reference_kl_enabled,
+            "reference_kl_coef": a.reference_kl_coef, "reference_devices": a.reference_devices,
+            "agent_learning_rate": a.agent_learning_rate, "num_train_epochs": a.num_train_epochs,
+            "max_new_tokens": a.max_new_tokens, "num_generations": a.num_generations,
+        }
+
+    # ------------------------------------------------------------------ rollout
+    def _sampling(self, *, greedy: bool = False) -> SamplingParams:
+        a = self.args
+        return SamplingParams(a.max_new_tokens, a.temperature, a.top_p, a.top_k, do_sample=not greedy, extra=dict(self._generation_kwargs))
+
+    def _tree(self, *, num_generations: int, greedy: bool = False, training: bool = True) -> TreeRollout:
+        a = self.args
+        scorer = None
+        if training and (a.reference_kl_enabled or a.buffers_per_generation > 1):
+            def scorer(agent: int, completions: Any) -> Dict[str, Any]:
+                return self.policies[agent].rollout_extras(
+                    completions, a.temperature, old_logprobs=a.buffers_per_generation > 1, reference_kl=a.reference_kl_enabled
+                )
+        return TreeRollout(
+            generators=[p.generator for p in self.policies],
+            formatters=self.formatters,
+            reward=self.reward,
+            num_generations=num_generations,
+            num_turns=a.num_turns,
+            joint_mode=a.joint_mode,
+            discount=a.discount,
+            sampling=self._sampling(greedy=greedy),
+            early_termination_threshold=a.early_termination_threshold if training else None,
+            external_transition=self.external_transition,
+            external_prompt_passthrough=a.external_prompt_passthrough,
+            row_scorer=scorer,
+        )
+
+    def _nodes_per_tree(self) -> int:
+        a = self.args
+        width = a.num_generations ** (self.num_agents if a.joint_mode == "cross" else 1)
+        return sum(width**t for t in range(a.num_turns))
+
+    def _items_per_step(self) -> int:
+        groups = self.args.rollout_buffer_size * self.args.buffers_per_generation
+        return max(1, groups // self._nodes_per_tree())
+
+    def _train_step(self, items: List[Any]) -> None:
+        result = self._tree(num_generations=self.args.num_generations).run(items, self.env_step)
+        self.env_step += result.env_steps
+        self._record_rollout(result)
+        for sample in result.samples:
+            self.rollout_buffers[sample.agent_idx].append(sample)
+        size = self.args.rollout_buffer_size
+        for agent, buffer in enumerate(self.rollout_buffers):
+            while len(buffer) >= size:
+                batch, self.rollout_buffers[agent] = buffer[:size], buffer[size:]
+                buffer = self.rollout_buffers[agent]
+                self._update(agent, batch)
+
+    def _record_rollout(self, result: RolloutResult) -> None:
+        metrics = dict(result.turn_metrics)
+        if self.args.reference_kl_enabled:
+            for turn in sorted({s.turn_idx for s in result.samples}):
+                kls = [s.reference_kl for s in result.samples if s.turn_idx == turn and s.reference_kl is not None]
+                if kls:
+                    kl = float(torch.cat(kls).mean())
+                    metrics[f"turn_{turn + 1}/reference_kl_mean"] = kl
+                    metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = kl * self.args.reference_kl_coef
+        self.metrics.record(metrics)
+
+    def _flush_buffers(self) -> None:
+        for agent, buffer in enumerate(self.rollout_buffers):
+            if buffer:
+                self.rollout_buffers[agent] = []
+                self._update(agent, buffer)
+
+    # ------------------------------------------------------------------ update
+    def _advantages(self, sample: GroupSample) -> torch.Tensor:
+        returns = sample.returns.float()
+        if self.args.reference_kl_enabled and sample.reference_kl is not None:
+            returns = returns - self.args.reference_kl_coef * sample.reference_kl.float()
+        advantages = group_advantages(returns, self.args.advantage_mode)
+        return normalize_groups(advantages) if self.args.advantage_normalization else advantages
+
+    def _update(self, agent: int, samples: List[GroupSample]) -> None:
+        """Per turn (ascending): shuffle, split into minibatches, one optimizer step per minibatch."""
+        for turn in sorted({s.turn_idx for s in samples}):
+            group = [s for s in samples if s.turn_idx == turn]
+            random.shuffle(group)
+            for minibatch in chunked(group, self.args.train_batch_size):
+                metrics = self._policy_step(agent, list(minibatch))
+                self.metrics.record({f"agent_{agent}/{k}": v for k, v in metrics.items()})
+
+    def _policy_step(self, agent: int, minibatch: List[GroupSample]) -> Dict[str, float]:
+        """Mean over groups of the mean over their completions of ``-A * log pi(completion)``."""
+        policy = self.policies[agent]
+        rows = PolicyRows()
+        advantage_values = []
+        for sample in minibatch:
+            advantages = self._advantages(sample)
+            advantage_values.append(advantages)
+            weight = 1.0 / (len(sample.completion_ids) * len(minibatch))
+            for k, completion in enumerate(sample.completion_ids):
+                old = sample.old_logprobs[k] if sample.old_logprobs is not None else None
+                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old)
+        off_policy = any(s.old_logprobs is not None for s in minibatch)
+        metrics = backward_policy_rows(
+            policy,
+            rows,
+            temperature=self.args.temperature,
+            clip_range=self.args.importance_clip_range if off_policy else None,
+            micro_batch_size=self.args.update_micro_batch_size,
+            label=f"{self.algorithm_name} agent {agent} (env_step {self.env_step})",
+        )
+        metrics["grad_norm"] = policy.optimizer.step(f"{self.algorithm_name} agent {agent} (env_step {self.env_step})")
+        stacked = torch.cat(advantage_values)
+        metrics["advantage_std"] = float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0
+        metrics["return_mean"] = float(torch.cat([s.returns for s in minibatch]).mean())
+        return metrics
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
+        """One greedy response per agent per turn on up to ``num_eval_samples`` eval items.
+
+        Returns ``eval/turn_k/reward_mean`` and ``eval/turn_k/expected_return`` (plus the keys of
+        ``eval_aggregator``); an empty dict without an eval dataset or with 0 samples.
+        """
+        if self.eval_dataset is None:
+            return {}
+        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
+        items = self._eval_items(count) if count > 0 else []
+        if not items:
+            return {}
+        tree = self._tree(num_generations=1, greedy=True, training=False)
+        rewards: Dict[int, List[float]] = {}
+        returns: Dict[int, List[float]] = {}
+        completions = [[[] for _ in items] for _ in range(self.num_agents)]  # [agent][item][turn]
+        for start in range(0, len(items), self.args.eval_batch_size):
+            batch = items[start : start + self.args.eval_batch_size]
+            result = tree.run(batch)
+            for root in result.roots:
+                node = root
+                while node is not None:
+                    rewards.setdefault(node.turn, []).append(float(node.rewards[0]))
+                    returns.setdefault(node.turn, []).append(float(node.returns[0]))
+                    for agent in range(self.num_agents):
+                        completions[agent][start + root.item_index].append(tree.texts(node, agent)[0])
+                    node = node.children.get(0)
+        metrics: Dict[str, float] = {}
+        for turn in sorted(rewards):
+            metrics[f"eval/turn_{turn + 1}/reward_mean"] = sum(rewards[turn]) / len(rewards[turn])
+            metrics[f"eval/turn_{turn + 1}/expected_return"] = sum(returns[turn]) / len(returns[turn])
+        if self.eval_logger is not None and self.eval_aggregator is not None:
+            per_item = self.eval_logger(
+                agent_completions_turns=completions,
+                batch_items=items,
+                prompts=[item.get("prompt", "") if hasattr(item, "get") else "" for item in items],
+            )
+            aggregated = self.eval_aggregator(per_item, num_turns=self.args.num_turns)
+            for key, value in (aggregated or {}).items():
+                metrics[key if key.startswith("eval/") else f"eval/{key}"] = float(value)
+        self.metrics.write(metrics, self.env_step)
+        return metrics
+
+
+class MAREINFORCETrainer(MAGRPOTrainer):
+    """MAGRPO with ``advantage_mode="raw"`` by default (no baseline)."""
+
+    default_config_cls = MAREINFORCEConfig
+    algorithm_name = "MAREINFORCE"
+
+
+class MARLOOTrainer(MAGRPOTrainer):
+    """MAGRPO with the leave-one-out baseline by default."""
+
+    default_config_cls = MARLOOConfig
+    algorithm_name = "MARLOO"
+
+
+class MAReMaxTrainer(MAGRPOTrainer):
+    """MAGRPO with the group-max baseline by default."""
+
+    default_config_cls = MAReMaxConfig
+    algorithm_name = "MAReMax"

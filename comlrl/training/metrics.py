@@ -1,0 +1,109 @@
+"""Metrics: accumulate between logged rows, then write each row to every sink.
+
+Trainers call ``record(metrics)`` after every rollout and update, and ``flush(step)`` after every
+training step; a row is emitted when ``step - last_logged >= logging_steps`` (or for the first
+row), holding the mean of each metric over everything recorded since the previous row. Nothing is
+dropped by the gate. Sinks (W&B, JSONL, TensorBoard, memory) sit behind ``MetricsSink``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from typing import Any, Dict, List, Mapping, Optional, Protocol
+
+
+class MetricsSink(Protocol):
+    def write(self, row: Mapping[str, float], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class MemorySink:
+    """Keeps every row (``trainer.log_history``)."""
+
+    def __init__(self) -> None:
+        self.rows: List[Dict[str, Any]] = []
+
+    def write(self, row: Mapping[str, float], step: int) -> None:
+        self.rows.append({"env_step": step, **row})
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlSink:
+    """One JSON object per logged row, appended and flushed, so a crashed run keeps its log."""
+
+    def __init__(self, path: str):
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        self.path = path
+        self._file = open(path, "a", encoding="utf-8")
+
+    def write(self, row: Mapping[str, float], step: int) -> None:
+        record = {"env_step": step, "time": round(time.time(), 3), **row}
+        self._file.write(json.dumps(record, allow_nan=True) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+
+class MetricsLogger:
+    """Gated, averaging metrics front-end over a list of sinks."""
+
+    def __init__(self, sinks: List[Any], logging_steps: int = 1):
+        self.sinks = list(sinks)
+        self.logging_steps = logging_steps
+        self.last_logged_step: Optional[int] = None
+        self._sums: Dict[str, float] = defaultdict(float)
+        self._counts: Dict[str, int] = defaultdict(int)
+
+    def record(self, metrics: Mapping[str, Any]) -> None:
+        for key, value in metrics.items():
+            if value is None:
+                continue
+            value = float(value)
+            if math.isnan(value):
+                continue
+            self._sums[key] += value
+            self._counts[key] += 1
+
+    def pending(self) -> bool:
+        return bool(self._counts)
+
+    def due(self, step: int) -> bool:
+        return self.last_logged_step is None or step - self.last_logged_step >= self.logging_steps
+
+    def flush(self, step: int, force: bool = False) -> Optional[Dict[str, float]]:
+        """Emit the averaged row at ``step`` if the gate is open (or ``force``); return it."""
+        if not self._counts or not (force or self.due(step)):
+            return None
+        row = {key: self._sums[key] / self._counts[key] for key in sorted(self._counts)}
+        self._sums.clear()
+        self._counts.clear()
+        self.write(row, step)
+        self.last_logged_step = step
+        return row
+
+    def write(self, row: Mapping[str, float], step: int) -> None:
+        """Write a row immediately to every sink (evaluation rows are not gated)."""
+        for sink in self.sinks:
+            sink.write(dict(row), step)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"last_logged_step": self.last_logged_step, "sums": dict(self._sums), "counts": dict(self._counts)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.last_logged_step = state["last_logged_step"]
+        self._sums = defaultdict(float, state["sums"])
+        self._counts = defaultdict(int, state["counts"])

@@ -1,0 +1,122 @@
+"""An agent's optimizer, stepped after backward or inside it.
+
+``AgentOptimizer`` wraps one ``torch.optim.AdamW`` (kept public as ``.optimizer`` with its usual
+state dict) and offers two schedules with the same arithmetic:
+
+- after backward: gradients of every micro-batch accumulate, then (optional) global-norm
+  clipping and one ``step()``;
+- inside backward (``in_backward=True``): each parameter is updated by a hook as soon as its
+  gradient of the last micro-batch is complete, and the gradient is freed at once. A model never
+  holds a full set of gradients, which saves their memory (the size of the model) and the time to
+  allocate them. Global-norm clipping needs every gradient before any step, so it requires the
+  after-backward schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, Iterable, List, Optional
+
+import torch
+import torch.nn as nn
+
+
+class AgentOptimizer:
+    def __init__(
+        self,
+        parameters: Iterable[nn.Parameter],
+        *,
+        lr: float,
+        betas: tuple,
+        eps: float,
+        weight_decay: float,
+        fused: Optional[bool],
+        max_grad_norm: Optional[float],
+        in_backward: bool,
+    ):
+        self.params: List[nn.Parameter] = [p for p in parameters if p.requires_grad]
+        if in_backward and max_grad_norm is not None:
+            raise ValueError(
+                "optimizer_in_backward=True cannot clip gradients by their global norm; set max_grad_norm=None "
+                "or optimizer_in_backward=False."
+            )
+        if fused is None:
+            fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in self.params)
+        groups = [{"params": [p]} for p in self.params] if in_backward else [{"params": self.params}]
+        self.optimizer = torch.optim.AdamW(
+            groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=bool(fused) or None
+        )
+        self.max_grad_norm = max_grad_norm
+        self.in_backward = in_backward
+        self._armed = False
+        self._sq_norm: Optional[torch.Tensor] = None
+        self._nonfinite: List[str] = []
+        self._handles = []
+        if in_backward:
+            self._group_of: Dict[int, dict] = {id(g["params"][0]): g for g in self.optimizer.param_groups}
+            self._handles = [p.register_post_accumulate_grad_hook(self._step_parameter) for p in self.params]
+
+    # ------------------------------------------------------------------ in-backward schedule
+    def _step_parameter(self, param: nn.Parameter) -> None:
+        if not self._armed:
+            return  # an earlier micro-batch: keep accumulating
+        grad = param.grad
+        square = grad.detach().float().pow(2).sum()
+        self._sq_norm = square if self._sq_norm is None else self._sq_norm + square
+        if not torch.isfinite(square):
+            self._nonfinite.append(str(tuple(param.shape)))
+        else:
+            all_groups = self.optimizer.param_groups
+            self.optimizer.param_groups = [self._group_of[id(param)]]
+            try:
+                self.optimizer.step()
+            finally:
+                self.optimizer.param_groups = all_groups
+        param.grad = None
+
+    # ------------------------------------------------------------------ shared interface
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        """Backpropagate ``loss``; ``last`` marks the final micro-batch before the step."""
+        self._armed = self.in_backward and last
+        try:
+            loss.backward()
+        finally:
+            self._armed = False
+
+    def step(self, label: str) -> float:
+        """Finish the update and return the global gradient norm (before any clipping)."""
+        if self.in_backward:
+            norm = math.sqrt(float(self._sq_norm)) if self._sq_norm is not None else 0.0
+            self._sq_norm = None
+            if self._nonfinite:
+                shapes, self._nonfinite = self._nonfinite, []
+                raise FloatingPointError(
+                    f"{label}: non-finite gradients in parameters of shape {shapes[:3]}. Lower the learning rate "
+                    f"or check the rewards."
+                )
+            return norm
+        params = [p for p in self.params if p.grad is not None]
+        limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
+        norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0
+        if not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise FloatingPointError(
+                f"{label}: the gradient norm is {norm}. Lower the learning rate, check the rewards, or set max_grad_norm."
+            )
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+    def remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []

@@ -1,0 +1,93 @@
+"""Weights & Biases as an optional metrics sink.
+
+``wandb_config`` keys: project, entity, name (or run_name), tags, dir, id, resume, mode and
+``config_sections`` (dicts merged into the run config; ``config_sections.output.verbose`` controls
+console output). W&B is imported only when a config is given. API keys are read by W&B from its own
+environment and are never written by comlrl.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Mapping, Optional
+
+_SECRET_MARKERS = ("key", "token", "secret", "password")
+
+
+def _is_secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(marker in lowered for marker in _SECRET_MARKERS)
+
+
+def scrub_secrets(value: Any) -> Any:
+    """A copy of nested dicts/lists with every key that looks like a credential removed."""
+    if isinstance(value, Mapping):
+        return {k: scrub_secrets(v) for k, v in value.items() if not (isinstance(k, str) and _is_secret(k))}
+    if isinstance(value, (list, tuple)):
+        return type(value)(scrub_secrets(v) for v in value)
+    return value
+
+
+def verbose_from_wandb_config(wandb_config: Optional[Mapping[str, Any]], default: bool = True) -> bool:
+    sections = (wandb_config or {}).get("config_sections") or {}
+    output = sections.get("output") if isinstance(sections, Mapping) else None
+    if isinstance(output, Mapping) and "verbose" in output:
+        return bool(output["verbose"])
+    return default
+
+
+def wandb_init_kwargs(wandb_config: Mapping[str, Any], run_config: Dict[str, Any]) -> Dict[str, Any]:
+    """Keyword arguments for ``wandb.init``; ``config_sections`` are merged into ``run_config``."""
+    sections = wandb_config.get("config_sections") or {}
+    if not isinstance(sections, Mapping):
+        raise ValueError(f"wandb_config['config_sections'] must be a dict, got {type(sections).__name__}.")
+    for key, value in sections.items():
+        run_config[key] = scrub_secrets(value)
+    dataset = sections.get("dataset")
+    if isinstance(dataset, Mapping):
+        if "name" in dataset:
+            run_config["dataset_name"] = dataset["name"]
+        if "type" in dataset:
+            run_config["dataset_type"] = dataset["type"]
+    kwargs: Dict[str, Any] = {
+        "project": wandb_config.get("project"),
+        "entity": wandb_config.get("entity"),
+        "name": wandb_config.get("name") or wandb_config.get("run_name"),
+        "config": run_config,
+    }
+    if wandb_config.get("dir"):
+        os.makedirs(wandb_config["dir"], exist_ok=True)
+        kwargs["dir"] = wandb_config["dir"]
+    if isinstance(wandb_config.get("tags"), (list, tuple)):
+        kwargs["tags"] = list(wandb_config["tags"])
+    for key in ("id", "resume", "mode", "group", "notes"):
+        if wandb_config.get(key) is not None:
+            kwargs[key] = wandb_config[key]
+    return kwargs
+
+
+class WandbSink:
+    """Logs rows to a W&B run this trainer opened (or adopts the active one)."""
+
+    def __init__(self, wandb_config: Mapping[str, Any], run_config: Dict[str, Any]):
+        try:
+            import wandb
+        except ImportError as exc:
+            raise ImportError(
+                "wandb_config was given but the wandb package is not installed: pip install 'comlrl[wandb]'."
+            ) from exc
+        self._wandb = wandb
+        self.owned = wandb.run is None
+        self.run = wandb.run if wandb.run is not None else wandb.init(**wandb_init_kwargs(wandb_config, run_config))
+
+    @property
+    def identity(self) -> Dict[str, Optional[str]]:
+        return {"id": self.run.id, "project": getattr(self.run, "project", None), "entity": getattr(self.run, "entity", None)}
+
+    def write(self, row: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(row), step=step)
+
+    def close(self) -> None:
+        """Finish the run if this trainer opened it (``save_model`` never calls this)."""
+        if self.owned and self._wandb.run is self.run:
+            self.run.finish()
