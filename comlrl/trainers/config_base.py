@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
 PARALLEL_MODES = ("none", "mp")
 
@@ -132,3 +133,48 @@ def validate_reference_kl(config: Any) -> None:
         raise ValueError(f"reference_kl_coef must be >= 0. Got {coef!r}.")
     if not isinstance(config.reference_kl_enabled, bool):
         raise ValueError(f"reference_kl_enabled must be True or False. Got {config.reference_kl_enabled!r}.")
+
+
+@dataclass
+class CommonTrainingFields(ConfigBase):
+    """Fields every comlrl RL config has beyond CoMLRL 1.4.3 (optimizer, memory, output)."""
+
+    max_grad_norm: Optional[float] = None
+    """Clip each model's gradient to this global norm before its optimizer step (None: no clipping;
+    the norm is logged either way)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (torch's default)."""
+    adam_betas: Tuple[float, float] = (0.9, 0.999)
+    adam_epsilon: float = 1e-8
+    optimizer_fused: Optional[bool] = None
+    """Use torch's fused AdamW kernel (None: wherever the parameters' device supports it)."""
+    optimizer_in_backward: Optional[bool] = None
+    """Update each parameter inside backward as soon as its gradient is complete and free the
+    gradient at once (same arithmetic, no full set of gradients in memory). None: on unless
+    ``max_grad_norm`` is set (global-norm clipping needs every gradient first)."""
+    update_micro_batch_size: Optional[int] = None
+    """Rows (completions) per forward/backward inside one optimizer step; None puts a whole
+    minibatch in one forward. Lower it to bound activation memory."""
+    output_dir: Optional[str] = None
+    """Where the run writes its metrics log (``metrics.jsonl``); None keeps logs in memory only."""
+    verbose: Optional[bool] = None
+    """Console output and progress bars (None: from ``wandb_config.config_sections.output.verbose``,
+    default True)."""
+
+    def _validate_common(self) -> None:
+        require_optional_positive(self, "max_grad_norm")
+        if self.optimizer_in_backward and self.max_grad_norm is not None:
+            raise ValueError(
+                "optimizer_in_backward=True cannot be combined with max_grad_norm (clipping needs every gradient "
+                "before the first update); set one of them to None."
+            )
+        require_at_least(self, "weight_decay", 0.0)
+        betas = tuple(self.adam_betas)
+        if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0.0 <= b < 1.0 for b in betas):
+            raise ValueError(f"adam_betas must be two numbers in [0, 1). Got {self.adam_betas!r}.")
+        self.adam_betas = (float(betas[0]), float(betas[1]))
+        require_in_range(self, "adam_epsilon", 0.0, float("inf"), low_open=True)
+        if self.update_micro_batch_size is not None:
+            require_int_at_least(self, "update_micro_batch_size", 1)
+        if self.output_dir is not None and not isinstance(self.output_dir, str):
+            raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, FrozenSet, Optional, Tuple
+from typing import Any, ClassVar, FrozenSet, Optional
 
 from comlrl.core.advantages import ADVANTAGE_MODES
 from comlrl.trainers.config_base import (
-    ConfigBase,
+    CommonTrainingFields,
     normalize_parallel_training,
     require_at_least,
     require_choice,
@@ -35,7 +35,7 @@ RESUMABLE_FIELDS = frozenset(
 
 
 @dataclass
-class MAGRPOConfig(ConfigBase):
+class MAGRPOConfig(CommonTrainingFields):
     """Multi-Agent Group-Relative Policy Optimization.
 
     Per dataset item every agent samples ``num_generations`` completions; joint responses are scored
@@ -105,34 +105,13 @@ class MAGRPOConfig(ConfigBase):
     reference_kl_coef: float = 0.1
     reference_devices: Any = None
     """Devices of the frozen references (default: the agents' devices)."""
-    # --- beyond CoMLRL 1.4.3
-    max_grad_norm: Optional[float] = None
-    """Clip each agent's gradient to this global norm before its optimizer step (None: no clipping;
-    the norm is logged either way)."""
-    weight_decay: float = 0.01
-    """AdamW weight decay (torch's default)."""
-    adam_betas: Tuple[float, float] = (0.9, 0.999)
-    adam_epsilon: float = 1e-8
-    optimizer_fused: Optional[bool] = None
-    """Use torch's fused AdamW kernel (None: wherever the parameters' device supports it)."""
-    optimizer_in_backward: Optional[bool] = None
-    """Update each parameter inside backward as soon as its gradient is complete and free the
-    gradient at once (same arithmetic, no full set of gradients in memory). None: on unless
-    ``max_grad_norm`` is set (global-norm clipping needs every gradient first)."""
-    update_micro_batch_size: Optional[int] = None
-    """Rows (completions) per forward/backward inside one optimizer step; None puts a whole
-    minibatch in one forward. Lower it to bound activation memory."""
+    # --- beyond CoMLRL 1.4.3 (plus the CommonTrainingFields: optimizer, memory, output)
     buffers_per_generation: int = 1
     """Generate the prompts of this many rollout buffers in one call per agent. Above 1, every buffer
     after the first is sampled by an older policy than the one it updates; those updates are
     importance-weighted with the sampling log-probs and clipped at ``importance_clip_range``."""
     importance_clip_range: Optional[float] = 0.2
     """PPO clip epsilon of off-policy updates (None: unclipped importance weights)."""
-    output_dir: Optional[str] = None
-    """Where the run writes its metrics log (``metrics.jsonl``); None keeps logs in memory only."""
-    verbose: Optional[bool] = None
-    """Console output and progress bars (None: from ``wandb_config.config_sections.output.verbose``,
-    default True)."""
 
     def __post_init__(self) -> None:
         require_int_at_least(self, "num_train_epochs", 1)
@@ -156,6 +135,7 @@ class MAGRPOConfig(ConfigBase):
         self._validate_extensions()
 
     def _validate_extensions(self) -> None:
+        self._validate_common()
         require_int_at_least(self, "max_new_tokens", 1)
         require_in_range(self, "temperature", 0.0, float("inf"), low_open=True)
         require_in_range(self, "top_p", 0.0, 1.0, low_open=True)
@@ -165,27 +145,14 @@ class MAGRPOConfig(ConfigBase):
         require_choice(self, "joint_mode", JOINT_MODES, JOINT_MODE_ALIASES)
         require_choice(self, "advantage_mode", ADVANTAGE_MODES)
         require_at_least(self, "agent_learning_rate", 0.0)
-        require_at_least(self, "weight_decay", 0.0)
-        require_optional_positive(self, "max_grad_norm")
-        if self.optimizer_in_backward and self.max_grad_norm is not None:
-            raise ValueError(
-                "optimizer_in_backward=True cannot be combined with max_grad_norm (clipping needs every gradient "
-                "before the first update); set one of them to None."
-            )
         require_optional_positive(self, "importance_clip_range")
         require_int_at_least(self, "buffers_per_generation", 1)
-        if self.update_micro_batch_size is not None:
-            require_int_at_least(self, "update_micro_batch_size", 1)
-        if self.early_termination_threshold is not None and not isinstance(
-            self.early_termination_threshold, (int, float)
+        if self.early_termination_threshold is not None and (
+            isinstance(self.early_termination_threshold, bool) or not isinstance(self.early_termination_threshold, (int, float))
         ):
             raise ValueError(
                 f"early_termination_threshold must be a number or None. Got {self.early_termination_threshold!r}."
             )
-        betas = tuple(self.adam_betas)
-        if len(betas) != 2 or not all(0.0 <= b < 1.0 for b in betas):
-            raise ValueError(f"adam_betas must be two numbers in [0, 1). Got {self.adam_betas!r}.")
-        self.adam_betas = (float(betas[0]), float(betas[1]))
 
 
 @dataclass
