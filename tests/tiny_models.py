@@ -1,8 +1,8 @@
 """Tiny models and tokenizers built in code, saved to directories so ids are real local paths.
 
 Two families with different tokenizers, so heterogeneous teams are tested for real:
-- ``llama``: LlamaForCausalLM, byte-level BPE vocabulary of 160, eos "<eos>" and pad "<pad>";
-- ``gpt2``:  GPT2LMHeadModel, byte-level BPE vocabulary of 224, eos "<|endoftext|>" used as pad too.
+- ``llama``: LlamaForCausalLM, byte-level BPE vocabulary of ~300, eos "<eos>" and pad "<pad>";
+- ``gpt2``:  GPT2LMHeadModel, byte-level BPE vocabulary of ~360, eos "<|endoftext|>" used as pad too.
 """
 
 from __future__ import annotations
@@ -74,9 +74,9 @@ def build_tiny_models(root: str) -> dict:
     """Create ``root/llama`` and ``root/gpt2`` (once) and return their paths."""
     paths = {"llama": os.path.join(root, "llama"), "gpt2": os.path.join(root, "gpt2")}
     if not os.path.exists(os.path.join(paths["llama"], "config.json")):
-        tok = make_tokenizer(160, "<eos>", "<pad>")
+        tok = make_tokenizer(300, "<eos>", "<pad>")
         save(make_llama(tok), tok, paths["llama"])
     if not os.path.exists(os.path.join(paths["gpt2"], "config.json")):
-        tok = make_tokenizer(224, "<|endoftext|>", None)
+        tok = make_tokenizer(360, "<|endoftext|>", None)
         save(make_gpt2(tok), tok, paths["gpt2"])
     return paths

@@ -133,6 +133,8 @@ class RewardFunction:
             self._signature = None
         self._plans = _plan_call(self._signature, num_agents) if self._signature is not None else None
         self._plan: Optional[_CallPlan] = None
+        if self._signature is not None:  # refuse an incompatible signature before any model loads
+            self._plan = self._choose_plan([[""] for _ in range(num_agents)], [""] * num_agents, [{}])
 
     # ------------------------------------------------------------------ raw calls
     def call_raw(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], batch_items: Optional[Sequence[Any]]) -> List[float]:

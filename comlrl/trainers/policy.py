@@ -147,7 +147,7 @@ def backward_policy_rows(
         )
         if not torch.isfinite(output.loss):
             raise FloatingPointError(
-                f"{label}: the policy loss is {float(output.loss)}. Check that rewards are finite and of a sane "
+                f"{label}: the policy loss is {float(output.loss.detach())}. Check that rewards are finite and of a sane "
                 f"scale, lower the learning rate, or set max_grad_norm."
             )
         agent.optimizer.backward(output.loss, last=stop == len(rows))
