@@ -18,6 +18,7 @@ from comlrl.rollout.generation import RESERVED_GENERATION_KEYS
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
+from comlrl.training.tensorboard_sink import TensorBoardSink
 from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
 
 
@@ -77,6 +78,8 @@ class TrainerBase:
         sinks: List[Any] = [self._memory]
         if self.args.output_dir:
             sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl")))
+        if self.args.tensorboard:
+            sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
         self.metrics = MetricsLogger(sinks, self.args.logging_steps)
         self._generation_kwargs: Dict[str, Any] = {}
         if self.wandb_config is not None:

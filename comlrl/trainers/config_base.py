@@ -157,6 +157,9 @@ class CommonTrainingFields(ConfigBase):
     minibatch in one forward. Lower it to bound activation memory."""
     output_dir: Optional[str] = None
     """Where the run writes its metrics log (``metrics.jsonl``); None keeps logs in memory only."""
+    tensorboard: bool = False
+    """Also write every logged row to TensorBoard under ``output_dir/tensorboard`` (needs the
+    ``tensorboard`` package and ``output_dir``)."""
     verbose: Optional[bool] = None
     """Console output and progress bars (None: from ``wandb_config.config_sections.output.verbose``,
     default True)."""
@@ -178,3 +181,5 @@ class CommonTrainingFields(ConfigBase):
             require_int_at_least(self, "update_micro_batch_size", 1)
         if self.output_dir is not None and not isinstance(self.output_dir, str):
             raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")
+        if self.tensorboard and not self.output_dir:
+            raise ValueError("tensorboard=True writes under output_dir; set output_dir as well.")
