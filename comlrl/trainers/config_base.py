@@ -13,7 +13,8 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
-PARALLEL_MODES = ("none", "mp")
+from comlrl.training.devices import normalize_parallel_training as parallel_mode
+
 
 
 class ConfigBase:
@@ -110,15 +111,9 @@ def require_choice(config: Any, name: str, choices: Iterable[str], aliases: Opti
 
 
 def normalize_parallel_training(config: Any, device_fields: Iterable[str]) -> None:
-    """``parallel_training`` in {"none", "mp"} ("null"/None mean "none"); "mp" needs explicit devices."""
-    value = config.parallel_training
-    mode = "none" if value is None else str(value).strip().lower()
-    if mode == "null":
-        mode = "none"
-    if mode not in PARALLEL_MODES:
-        raise ValueError(f"parallel_training only supports: none, mp. Got {value!r}.")
-    config.parallel_training = mode
-    if mode == "mp":
+    """Normalise ``config.parallel_training``; "mp" needs explicit devices in ``device_fields``."""
+    config.parallel_training = parallel_mode(config.parallel_training)
+    if config.parallel_training == "mp":
         for field in device_fields:
             if getattr(config, field) is None:
                 raise ValueError(

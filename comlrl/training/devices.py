@@ -7,6 +7,18 @@ from typing import Any, List, Sequence
 import torch
 
 
+PARALLEL_MODES = ("none", "mp")
+
+
+def normalize_parallel_training(mode: object) -> str:
+    """"none" or "mp" (None and "null" mean "none"; case and surrounding spaces are ignored)."""
+    value = "none" if mode is None else str(mode).strip().lower()
+    value = "none" if value == "null" else value
+    if value not in PARALLEL_MODES:
+        raise ValueError(f"parallel_training only supports: none, mp. Got {mode!r}.")
+    return value
+
+
 def _parse(spec: Any, kind: str) -> torch.device:
     if isinstance(spec, torch.device):
         return spec

@@ -1,24 +1,42 @@
 """Public helpers CoMLRL users import from ``comlrl.utils`` (re-exported from where they live)."""
 
-from comlrl.models.loading import freeze_model, resolve_model_kwargs
 from comlrl.models.sources import infer_model_name, resolve_model_sources
-from comlrl.models.tokenizers import ensure_pad_token, ensure_tokenizer, resolve_tokenizers
 from comlrl.rollout.formatters import build_formatters
-from comlrl.rollout.rewards import call_reward_function
-from comlrl.training.devices import resolve_devices, resolve_single_device
+from comlrl.utils.distributed import DistributedContext, local_context, unwrap_model
+from comlrl.utils.reference_kl import (
+    clone_reference_models,
+    load_reference_models_from_sources,
+    reference_kl_coef,
+    reference_kl_enabled,
+    reference_kl_for_sequence,
+    resolve_reference_devices,
+    validate_reference_kl_config,
+)
 from comlrl.utils.reward_processor import RewardProcessors
+from comlrl.utils.reward_utils import call_reward_function, normalize_reward_lengths, resolve_reward_range, set_reward_range
+from comlrl.utils.tokenizer_utils import apply_tokenizer_specials, ensure_pad_token, ensure_tokenizer, resolve_tokenizers
 
 __all__ = [
+    "DistributedContext",
     "RewardProcessors",
+    "apply_tokenizer_specials",
     "build_formatters",
     "call_reward_function",
+    "clone_reference_models",
     "ensure_pad_token",
     "ensure_tokenizer",
-    "freeze_model",
     "infer_model_name",
-    "resolve_devices",
-    "resolve_model_kwargs",
+    "load_reference_models_from_sources",
+    "local_context",
+    "normalize_reward_lengths",
+    "reference_kl_coef",
+    "reference_kl_enabled",
+    "reference_kl_for_sequence",
     "resolve_model_sources",
-    "resolve_single_device",
+    "resolve_reference_devices",
+    "resolve_reward_range",
     "resolve_tokenizers",
+    "set_reward_range",
+    "unwrap_model",
+    "validate_reference_kl_config",
 ]
