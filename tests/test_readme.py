@@ -1,0 +1,80 @@
+"""The README's quick start runs as written, with the tiny models substituted for its two model ids;
+the README's set-up commands are the ones .ci/run and the package actually provide."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+
+
+def section(title: str) -> str:
+    with open(README, encoding="utf-8") as handle:
+        text = handle.read()
+    match = re.search(rf"^## {re.escape(title)}.*?$(.*?)(?=^## |\Z)", text, flags=re.M | re.S)
+    assert match, f"README.md has no '## {title}' section"
+    return match.group(1)
+
+
+def code_blocks(text: str, language: str):
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
+
+
+def substitute_models(code: str, replacements: dict) -> str:
+    for name, path in replacements.items():
+        pattern = rf'^{name} = "[^"]+"'
+        assert re.search(pattern, code, flags=re.M), f"the quick start no longer defines {name}"
+        code = re.sub(pattern, f"{name} = {path!r}", code, count=1, flags=re.M)
+    return code
+
+
+def test_quick_start_runs_with_tiny_models(tiny_paths, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    blocks = code_blocks(section("Quick start"), "python")
+    assert len(blocks) == 1
+    code = substitute_models(blocks[0], {"BRIEF_MODEL": tiny_paths["llama"], "DETAILED_MODEL": tiny_paths["gpt2"]})
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "readme_quick_start"}
+    exec(compile(code, "README.md quick start", "exec"), namespace)
+
+    assert os.path.getsize(tmp_path / "runs" / "quickstart" / "metrics.jsonl") > 0
+    for index, source in enumerate([tiny_paths["llama"], tiny_paths["gpt2"]]):
+        first = tmp_path / "runs" / "quickstart" / "agents" / f"agent_{index}"
+        again = tmp_path / "runs" / "quickstart-more" / "agents" / f"agent_{index}"
+        assert AutoTokenizer.from_pretrained(str(first)).get_vocab() == AutoTokenizer.from_pretrained(source).get_vocab()
+        before = AutoModelForCausalLM.from_pretrained(str(first)).state_dict()
+        after = AutoModelForCausalLM.from_pretrained(str(again)).state_dict()
+        assert any(not before[key].equal(after[key]) for key in before), f"agent_{index} did not change when training continued"
+    # the continued trainer loaded its own tokenizers from the saved folders
+    assert len(namespace["more"].tokenizers[0]) != len(namespace["more"].tokenizers[1])
+
+
+def test_set_up_commands_match_the_project():
+    blocks = code_blocks(section("Set up"), "bash")
+    assert len(blocks) == 2, "the set-up section must hold exactly two commands: the demo and the tests"
+    demo, tests = (block.strip() for block in blocks)
+    assert "pip install torch==2.13.0 &&" in demo and demo.index("torch==2.13.0") < demo.index("-e '.[test]'")
+    assert demo.endswith(".venv/bin/comlrl demo")
+    with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as handle:
+        assert 'comlrl = "comlrl.cli:main"' in handle.read()
+    ci = os.path.join(ROOT, ".ci", "run")
+    assert os.access(ci, os.X_OK), ".ci/run must be executable"
+    with open(ci, encoding="utf-8") as handle:
+        ci_text = handle.read()
+    assert tests in ci_text, f".ci/run must run the README's test command {tests!r}"
+    assert "torch==2.13.0" in ci_text
+
+
+@pytest.mark.parametrize("name", ["MAGRPO", "MAREINFORCE", "MARLOO", "MAReMax"])
+def test_documented_imports_exist(name):
+    import comlrl.trainers.reinforce as reinforce
+    from comlrl.utils.reward_processor import RewardProcessors
+
+    assert callable(getattr(reinforce, f"{name}Config")) and callable(getattr(reinforce, f"{name}Trainer"))
+    assert f"{name}Config, {name}Trainer" in section("API")
+    assert callable(RewardProcessors.scale)
