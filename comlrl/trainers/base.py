@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import torch
@@ -15,6 +15,9 @@ import torch.nn as nn
 
 from comlrl.models.saving import check_target_free, save_pretrained_dir
 from comlrl.rollout.generation import RESERVED_GENERATION_KEYS
+from comlrl.training.checkpoint import CheckpointSchedule, TrainingCheckpointMixin, build_identity
+from comlrl.training.checkpoint_files import CheckpointError
+from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
@@ -48,10 +51,10 @@ def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield values[start : start + size]
 
 
-class TrainerBase:
+class TrainerBase(TrainingCheckpointMixin):
     """Shared training loop (see module docstring). Subclasses set ``args``, ``agents``,
     ``tokenizers``, ``optimizers``, ``train_dataset`` and ``eval_dataset`` and call
-    ``_init_services``."""
+    ``_init_services``; they extend ``_checkpoint_components`` with what else a checkpoint holds."""
 
     algorithm_name = "base"
     default_config_cls: Any = None
@@ -123,19 +126,39 @@ class TrainerBase:
         checkpoint_dir: Optional[str] = None,
         checkpoint_interval: int = 1,
         checkpoint_total_limit: Optional[int] = None,
+        checkpoint_steps: Optional[int] = None,
         **generation_kwargs: Any,
     ) -> None:
-        """Train for ``args.num_train_epochs`` epochs.
+        """Train until ``args.num_train_epochs`` epochs are complete (resumed epochs count).
+
+        Checkpoints (off by default; see docs/checkpoints.md): ``checkpoint_dir`` receives
+        ``checkpoint-<sequence>`` folders every ``checkpoint_interval`` epochs, after the last epoch,
+        and every ``checkpoint_steps`` training steps when set; ``checkpoint_total_limit`` keeps only
+        the newest of this run's checkpoints. ``resume_from_checkpoint`` (a checkpoint folder, a
+        checkpoint_dir for its latest, or True for the latest in ``checkpoint_dir``) continues a run
+        from the exact step it was saved at.
 
         ``generation_kwargs`` are extra ``generate`` settings (e.g. ``repetition_penalty``); the
         sampling settings of the config cannot be overridden here.
         """
+        schedule = CheckpointSchedule.from_train_args(
+            checkpoint_dir=checkpoint_dir, checkpoint_interval=checkpoint_interval, checkpoint_total_limit=checkpoint_total_limit,
+            checkpoint_steps=checkpoint_steps, resume_from_checkpoint=resume_from_checkpoint,
+        )
         self._set_generation_kwargs(generation_kwargs)
-        if resume_from_checkpoint is not None or checkpoint_dir is not None or checkpoint_total_limit is not None or checkpoint_interval != 1:
-            raise NotImplementedError("training checkpoints are not available yet")
         if self.train_dataset is None:
             raise ValueError("train_dataset is required to train; pass train_dataset=... to the trainer.")
-        self._run_epochs()
+        self._checkpoint_begin(resume_from_checkpoint, schedule)
+        self._training_active = True
+        try:
+            self._run_epochs()
+        except BaseException:
+            self._training_failure = f"epoch {self.state.epoch + 1}, item {self.state.position} (global step {self.state.global_step})"
+            raise
+        finally:
+            self._training_active = False
+            self._checkpoint_schedule = None
+        self._training_failure = None
 
     def _set_generation_kwargs(self, kwargs: Mapping[str, Any]) -> None:
         from transformers import GenerationConfig
@@ -166,6 +189,7 @@ class TrainerBase:
                     row = self.metrics.flush(self.env_step)
                     bar.update(len(items), row)
                     self._after_step()
+                    self._checkpoint_after_step(self.state.global_step)
                 self._flush_buffers()
                 self.metrics.flush(self.env_step, force=True)
             finally:
@@ -173,6 +197,7 @@ class TrainerBase:
             self.state.epoch += 1
             self.state.position = 0
             self._after_epoch()
+            self._checkpoint_after_epoch(self.state.epoch, final=self.state.epoch >= total)
 
     def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
         size = self._items_per_step()
@@ -201,12 +226,76 @@ class TrainerBase:
         if any((start + offset) % interval == 0 for offset in range(count)):
             self.evaluate()
 
-    # hooks (checkpointing attaches here)
+    # hooks for subclasses (checkpoints are taken right after them)
     def _after_step(self) -> None:
         pass
 
     def _after_epoch(self) -> None:
         pass
+
+    # ------------------------------------------------------------------ checkpoint contents
+    def _checkpoint_components(self) -> CheckpointComponents:
+        """What every trainer's checkpoint holds; subclasses add their models, optimizers, buffers
+        and callbacks (``super()._checkpoint_components().add_models(...)...``)."""
+        components = CheckpointComponents()
+        components.add_models("agents", self.agents)
+        progress = DataclassState(self.state)
+        components.add_state("progress", progress, check=progress.check)
+        components.add_state("metrics", self.metrics)
+        components.add_state("log_history", AttributeState(self._memory, "rows"))
+        components.add_callbacks({"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset})
+        return components
+
+    def _checkpoint_identity(self) -> Dict[str, Any]:
+        return build_identity(
+            config=self.args,
+            dataset=self.train_dataset,
+            tokenizers={f"agents.{i}": tok for i, tok in enumerate(self.tokenizers)},
+            wandb=self._wandb.identity if self._wandb is not None else None,
+            progress=asdict(self.state),
+            generation=self._generation_kwargs,
+        )
+
+    def _checkpoint_check(self, manifest: Mapping[str, Any], states: Mapping[str, Any]) -> None:
+        progress, total = states["progress"], self.args.num_train_epochs
+        for name, value in progress.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise CheckpointError(f"The checkpoint's progress {name}={value!r} is not a non-negative integer.")
+        epoch, position = progress["epoch"], progress["position"]
+        if epoch > total or (epoch == total and position > 0):
+            needed = epoch + (1 if position else 0)
+            raise CheckpointError(
+                f"The checkpoint is past epoch {needed - 1} ({epoch} complete, {position} items into the next) but "
+                f"num_train_epochs is {total}; set num_train_epochs >= {needed} to resume it."
+            )
+        length = dataset_length(self.train_dataset)
+        if length is not None and position > length:
+            raise CheckpointError(f"The checkpoint's position ({position} items) is beyond the training dataset ({length} items).")
+        identity = manifest.get("wandb")
+        run = self._wandb
+        if identity and run is not None and not run.owned and run.run.id != identity["id"] and "id" not in (self.wandb_config or {}):
+            raise CheckpointError(
+                f"Cannot replace an external W&B run ({run.run.id}) with the checkpoint's run {identity['id']}: finish "
+                f"the active run first, or pass wandb_config with the id you want."
+            )
+
+    def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
+        """Continue the checkpoint's W&B run unless ``wandb_config`` names a run (id or resume)."""
+        identity = manifest.get("wandb")
+        config = self.wandb_config
+        if not identity or config is None or "id" in config or "resume" in config:
+            return
+        if self._wandb is not None:
+            if self._wandb.run.id == identity["id"]:
+                return
+            self.metrics.sinks.remove(self._wandb)
+            self._wandb.close()
+            self._wandb = None
+        config.update(id=identity["id"], resume="allow")
+        for key in ("project", "entity"):
+            if identity.get(key) and not config.get(key):
+                config[key] = identity[key]
+        self._start_wandb()
 
     # ------------------------------------------------------------------ algorithm interface
     def _items_per_step(self) -> int:

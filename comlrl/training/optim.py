@@ -53,7 +53,8 @@ class AgentOptimizer:
         self._nonfinite: List[str] = []
         self._handles = []
         if in_backward:
-            self._group_of: Dict[int, dict] = {id(g["params"][0]): g for g in self.optimizer.param_groups}
+            # By position, not by dict: load_state_dict replaces the group dicts but keeps their order.
+            self._group_index: Dict[int, int] = {id(g["params"][0]): i for i, g in enumerate(self.optimizer.param_groups)}
             self._handles = [p.register_post_accumulate_grad_hook(self._step_parameter) for p in self.params]
 
     # ------------------------------------------------------------------ in-backward schedule
@@ -67,7 +68,7 @@ class AgentOptimizer:
             self._nonfinite.append(str(tuple(param.shape)))
         else:
             all_groups = self.optimizer.param_groups
-            self.optimizer.param_groups = [self._group_of[id(param)]]
+            self.optimizer.param_groups = [all_groups[self._group_index[id(param)]]]
             try:
                 self.optimizer.step()
             finally:

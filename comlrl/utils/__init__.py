@@ -2,6 +2,7 @@
 
 from comlrl.models.sources import infer_model_name, resolve_model_sources
 from comlrl.rollout.formatters import build_formatters
+from comlrl.training.checkpoint_layout import read_checkpoint_metadata
 from comlrl.utils.distributed import DistributedContext, local_context, unwrap_model
 from comlrl.utils.reference_kl import (
     clone_reference_models,
@@ -28,6 +29,7 @@ __all__ = [
     "infer_model_name",
     "load_reference_models_from_sources",
     "local_context",
+    "read_checkpoint_metadata",
     "normalize_reward_lengths",
     "reference_kl_coef",
     "reference_kl_enabled",

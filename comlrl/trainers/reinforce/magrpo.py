@@ -25,6 +25,7 @@ from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyAgent, PolicyRows, backward_policy_rows, build_references
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
+from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.training.devices import resolve_devices
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
@@ -124,6 +125,20 @@ class MAGRPOTrainer(TrainerBase):
             "agent_learning_rate": a.agent_learning_rate, "num_train_epochs": a.num_train_epochs,
             "max_new_tokens": a.max_new_tokens, "num_generations": a.num_generations,
         }
+
+    def _checkpoint_components(self) -> CheckpointComponents:
+        components = super()._checkpoint_components()
+        components.add_models("reference_models", self.reference_models)
+        components.add_optimizers("optimizers", self.optimizers)
+        buffers = AttributeState(self, "rollout_buffers")
+        components.add_state("rollout_buffers", buffers, records=(GroupSample,), check=per_agent_lists(self.num_agents, "rollout_buffers"))
+        callbacks = {
+            "reward_func": self.reward_func, "reward_processor": self.reward_processor,
+            "external_transition": self.external_transition, "eval_logger": self.eval_logger,
+            "eval_aggregator": self.eval_aggregator,
+        }
+        callbacks.update({f"formatters.{i}": formatter.original for i, formatter in enumerate(self.formatters)})
+        return components.add_callbacks(callbacks)
 
     # ------------------------------------------------------------------ rollout
     def _sampling(self, *, greedy: bool = False) -> SamplingParams:
