@@ -217,7 +217,7 @@ def test_resuming_into_a_directory_of_another_run_is_refused(tiny_paths, dataset
     other = make_magrpo(tiny_paths, dataset, num_train_epochs=1)
     other.save_checkpoint(str(tmp_path / "checkpoint-1"))  # another run id
     trainer = make_magrpo(tiny_paths, dataset)
-    refused_without_change(trainer, saved, FileExistsError, "not from the run being resumed", checkpoint_dir=str(tmp_path))
+    refused_without_change(trainer, saved, FileExistsError, "contains checkpoints of another run", checkpoint_dir=str(tmp_path))
 
 
 def test_saving_is_refused_after_a_failed_run_and_over_existing_folders(tiny_paths, dataset, tmp_path):

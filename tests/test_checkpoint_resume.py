@@ -107,3 +107,21 @@ def test_variant_trainers_resume_exactly(tiny_paths, dataset, tmp_path):
     resumed = make_magrpo(tiny_paths, dataset, cls=MARLOOTrainer, **overrides)
     resumed.train(resume_from_checkpoint=str(tmp_path))
     assert_same_run(run_summary(reference), run_summary(resumed))
+
+
+def test_iterable_dataset_resumes_at_the_same_item(tiny_paths, dataset, tmp_path):
+    """An iterable dataset is re-iterated and the consumed items skipped (its own state is not restored)."""
+    stream = dataset.to_iterable_dataset()
+    assert hasattr(stream, "state_dict") and not hasattr(stream, "__len__")
+    overrides = dict(num_turns=1, rollout_buffer_size=1)
+    seed_everything(5)
+    reference = make_magrpo(tiny_paths, stream, **overrides)
+    reference.train()
+    seed_everything(5)
+    crashing = make_magrpo(tiny_paths, stream, reward=CrashingReward(6), **overrides)
+    with pytest.raises(RuntimeError):
+        crashing.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
+    assert read_checkpoint_metadata(str(tmp_path))["progress"]["position"] == 3
+    resumed = make_magrpo(tiny_paths, stream, **overrides)
+    resumed.train(resume_from_checkpoint=str(tmp_path))
+    assert_same_run(run_summary(reference), run_summary(resumed))

@@ -243,8 +243,10 @@ class TrainerBase(TrainingCheckpointMixin):
         components.add_state("progress", progress, check=progress.check)
         components.add_state("metrics", self.metrics)
         components.add_state("log_history", AttributeState(self._memory, "rows"))
-        components.add_callbacks({"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset})
-        return components
+        # An iterable dataset is re-iterated and the consumed items skipped; restoring its own iteration
+        # state as well would skip them twice, so only indexable datasets' states are kept.
+        datasets = {"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset}
+        return components.add_callbacks({name: d for name, d in datasets.items() if is_map_dataset(d)})
 
     def _checkpoint_identity(self) -> Dict[str, Any]:
         return build_identity(

@@ -189,8 +189,8 @@ def check_directory(directory: str, run_id: str, resuming: bool) -> None:
         )
     if foreign:
         raise FileExistsError(
-            f"checkpoint_dir {directory} contains checkpoints that are not from the run being resumed "
-            f"(run {run_id}): {describe_foreign(foreign)}. Resume into an empty checkpoint_dir or into the run's own."
+            f"checkpoint_dir {directory} contains checkpoints of another run (this run is {run_id}): "
+            f"{describe_foreign(foreign)}. Write into an empty checkpoint_dir or into this run's own."
         )
 
 

@@ -132,6 +132,7 @@ class MAGRPOTrainer(TrainerBase):
         components.add_optimizers("optimizers", self.optimizers)
         buffers = AttributeState(self, "rollout_buffers")
         components.add_state("rollout_buffers", buffers, records=(GroupSample,), check=per_agent_lists(self.num_agents, "rollout_buffers"))
+        components.add_state("reward_per_response", AttributeState(self.reward, "per_response"))
         callbacks = {
             "reward_func": self.reward_func, "reward_processor": self.reward_processor,
             "external_transition": self.external_transition, "eval_logger": self.eval_logger,
