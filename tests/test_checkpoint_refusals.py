@@ -193,6 +193,12 @@ def test_unsupported_version_and_foreign_folders(tiny_paths, dataset, saved, tmp
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="not a comlrl checkpoint: it has no manifest.json"):
         read_checkpoint_metadata(str(tmp_path / "empty"))
+    manifest["version"] = 2
+    del manifest["states"]
+    json.dump(manifest, open(manifest_path, "w"))
+    assert read_checkpoint_metadata(path)["sequence"] == manifest["sequence"]  # the identity is still readable
+    with pytest.raises(CheckpointError, match=r"Incomplete checkpoint manifest .*missing \['states'\]"):
+        make_magrpo(tiny_paths, dataset).load_checkpoint(path)
 
 
 # ----------------------------------------------------------------------------- ownership and refusals to save
@@ -260,3 +266,29 @@ def test_an_exception_during_a_save_leaves_no_partial_checkpoint(tiny_paths, dat
     resumed = make_magrpo(tiny_paths, dataset)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.state.epoch == 2
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("sequence", -1, "sequence must be a non-negative integer"),
+        ("sequence", True, "sequence must be a non-negative integer"),
+        ("run_id", "ABC", "run identity 'ABC' is not 32 lowercase hex digits"),
+        ("trainer_class", "", "trainer class must be a non-empty string"),
+        ("wandb", {"id": ""}, "W&B identity must be"),
+        ("wandb", {"id": "x", "api_key": "secret"}, "W&B identity must be"),
+        ("format", "other", "format is 'other'"),
+        ("run_id", None, "missing \\['run_id'\\]"),
+    ],
+)
+def test_read_checkpoint_metadata_checks_the_identity(saved, tmp_path, field, value, match):
+    path = copy_of(saved, tmp_path)
+    manifest_path = os.path.join(path, "manifest.json")
+    manifest = json.load(open(manifest_path))
+    if value is None:
+        del manifest[field]
+    else:
+        manifest[field] = value
+    json.dump(manifest, open(manifest_path, "w"))
+    with pytest.raises(CheckpointError, match=match):
+        read_checkpoint_metadata(path)

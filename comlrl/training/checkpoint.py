@@ -403,6 +403,7 @@ class TrainingCheckpointMixin:
 
     def _checkpoint_validate(self, folder: str) -> LoadPlan:
         manifest = layout.read_manifest(folder)
+        layout.check_restorable(manifest, folder)
         expected = self._checkpoint_class_name()
         if manifest["trainer_class"] != expected:
             raise CheckpointError(

@@ -15,7 +15,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from comlrl.training.checkpoint_files import CheckpointError, fsync_dir, read_json
 
@@ -60,6 +60,16 @@ def check_manifest(manifest: Any, path: str) -> Dict[str, Any]:
         ok = ok and all(v is None or isinstance(v, str) for v in wandb.values())
         _require(ok, f"W&B identity must be {{id, project, entity}} strings, got {wandb!r}", path)
     return manifest
+
+
+RESTORE_FIELDS = ("progress", "config", "dataset", "tokenizers", "generation", "models", "optimizers", "schedulers", "states", "files")
+
+
+def check_restorable(manifest: Mapping[str, Any], path: str) -> None:
+    """The fields a restore needs beyond the identity (``read_checkpoint_metadata`` does not need them)."""
+    missing = [k for k in RESTORE_FIELDS if k not in manifest]
+    if missing:
+        raise CheckpointError(f"Incomplete checkpoint manifest in {path}: missing {missing}; the checkpoint cannot be restored.")
 
 
 def checkpoint_folder(path: str) -> str:

@@ -17,7 +17,7 @@ import math
 import random
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import numpy as np
 import torch
@@ -26,12 +26,6 @@ import torch.nn as nn
 from comlrl.training.checkpoint_files import CheckpointError
 
 _KIND = "__kind__"
-
-
-class Stateful(Protocol):
-    def state_dict(self) -> Any: ...
-
-    def load_state_dict(self, state: Any) -> None: ...
 
 
 # ----------------------------------------------------------------------------- plain-value encoding
