@@ -61,3 +61,29 @@ def save_pretrained_dir(path: str, model: Any, tokenizer: Any = None, overwrite:
             extra(staging)
 
     write_dir_atomically(path, write, overwrite)
+
+
+def write_into_dir(path: str, write: Callable[[str], None], overwrite: bool = False) -> None:
+    """Run ``write(staging_dir)`` and move each entry it made into ``path`` (which may already hold
+    other files). An entry whose name exists in ``path`` is refused unless ``overwrite``; nothing
+    is moved until every name has been checked."""
+    os.makedirs(path, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".staging.", dir=path)
+    try:
+        write(staging)
+        names = sorted(os.listdir(staging))
+        taken = [name for name in names if os.path.lexists(os.path.join(path, name))]
+        if taken and not overwrite:
+            raise FileExistsError(
+                f"{path} already holds {taken}; refusing to overwrite them. Choose a new output_dir, or call "
+                f"save_model(..., overwrite=True) to replace them."
+            )
+        for name in names:
+            target = os.path.join(path, name)
+            if os.path.isdir(target) and not os.path.islink(target):
+                shutil.rmtree(target)
+            elif os.path.lexists(target):
+                os.remove(target)
+            os.replace(os.path.join(staging, name), target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -24,6 +24,7 @@ class SequenceBatch:
     targets: torch.Tensor  # [R, C] completion token ids
     mask: torch.Tensor  # [R, C] float, 1 for real completion tokens (EOS included)
     prompt_width: int  # P
+    final_state: bool = False  # one extra scored column: the state after each whole completion
 
     @property
     def completion_width(self) -> int:
@@ -38,6 +39,7 @@ class SequenceBatch:
             self.targets[start:stop],
             self.mask[start:stop],
             self.prompt_width,
+            self.final_state,
         )
         return part.trimmed()
 
@@ -48,6 +50,7 @@ class SequenceBatch:
         first = min(first, self.prompt_width - 1)  # keep position P-1, which predicts token 0
         used_completion = self.mask.any(dim=0)
         width = int(used_completion.nonzero().max()) + 1 if bool(used_completion.any()) else 1
+        width += int(self.final_state)
         end = self.prompt_width + width - 1
         return SequenceBatch(
             self.input_ids[:, first:end],
@@ -56,6 +59,7 @@ class SequenceBatch:
             self.targets[:, :width],
             self.mask[:, :width],
             self.prompt_width - first,
+            self.final_state,
         )
 
 
@@ -95,12 +99,21 @@ def build_sequence_batch(
     completions: Sequence[torch.Tensor],
     pad_id: int,
     device: torch.device,
+    *,
+    final_state: bool = False,
 ) -> SequenceBatch:
-    """Pack R (prompt, completion) pairs; ``completions[r]`` holds only real tokens (EOS included)."""
+    """Pack R (prompt, completion) pairs; ``completions[r]`` holds only real tokens (EOS included).
+
+    With ``final_state`` the input holds every completion token and one more (masked) column is
+    scored: column ``len(completions[r])`` of row r is then the state after its whole completion.
+    """
     if len(prompts) != len(completions):
         raise ValueError(f"{len(prompts)} prompts for {len(completions)} completions.")
     prompt_ids, prompt_mask = left_pad(prompts, pad_id)
     completion_ids, completion_mask = right_pad(completions, pad_id)
+    if final_state:
+        completion_ids = torch.nn.functional.pad(completion_ids, (0, 1), value=pad_id)
+        completion_mask = torch.nn.functional.pad(completion_mask, (0, 1), value=0)
     input_ids = torch.cat([prompt_ids, completion_ids[:, :-1]], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
     batch = SequenceBatch(
@@ -110,6 +123,7 @@ def build_sequence_batch(
         targets=completion_ids.to(device),
         mask=completion_mask.to(device=device, dtype=torch.float32),
         prompt_width=prompt_ids.shape[1],
+        final_state=final_state,
     )
     return batch
 

@@ -139,13 +139,17 @@ class RewardFunction:
     # ------------------------------------------------------------------ raw calls
     def call_raw(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], batch_items: Optional[Sequence[Any]]) -> List[float]:
         """Call the function once and return its values, unprocessed and unchecked in length."""
+        return normalize_reward_output(self.call(lists, prompts, batch_items), self.func)
+
+    def call(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], batch_items: Optional[Sequence[Any]]) -> Any:
+        """Call the function once and return whatever it returned."""
         lists = [list(x) for x in lists]
         if self._signature is None:
-            return normalize_reward_output(self._call_blind(lists, batch_items), self.func)
+            return self._call_blind(lists, batch_items)
         if self._plan is None:
             self._plan = self._choose_plan(lists, prompts, batch_items)
         args, kwargs = _arguments(self._plan, lists, list(prompts) if prompts is not None else None, batch_items)
-        return normalize_reward_output(self.func(*args, **kwargs), self.func)
+        return self.func(*args, **kwargs)
 
     def _choose_plan(self, lists, prompts, batch_items) -> _CallPlan:
         for plan in self._plans:
@@ -189,7 +193,7 @@ class RewardFunction:
         if not self.per_response:
             values = self.call_raw(lists, prompts, items)
             if len(values) == count:
-                return self._process(values)
+                return self.process(values)
             if len(values) != 1 or count == 1:
                 raise ValueError(
                     f"reward_func {_describe(self.func)!r} returned {len(values)} values for {count} joint "
@@ -210,9 +214,10 @@ class RewardFunction:
                     f"reward_func {_describe(self.func)!r} returned {len(single)} values for 1 joint response."
                 )
             values.extend(single)
-        return self._process(values)
+        return self.process(values)
 
-    def _process(self, values: List[float]) -> List[float]:
+    def process(self, values: List[float]) -> List[float]:
+        """``reward_processor`` applied to every value (checked to stay a finite number)."""
         if self.processor is None:
             return values
         out = []

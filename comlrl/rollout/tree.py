@@ -53,6 +53,7 @@ class Node:
     completions: List[List[int]] = field(default_factory=list)  # per agent: row indices into level output
     joint_actions: List[Tuple[int, ...]] = field(default_factory=list)
     rewards: Optional[torch.Tensor] = None  # [J]
+    agent_rewards: Optional[torch.Tensor] = None  # [N, J] when the reward gives each agent its own value
     returns: Optional[torch.Tensor] = None  # [J]
     children: Dict[int, "Node"] = field(default_factory=dict)
     env_step: int = 0
@@ -159,8 +160,12 @@ class TreeRollout:
         per_agent = [self.texts(node, agent) for agent in range(self.num_agents)]
         lists = [[per_agent[agent][action[agent]] for action in node.joint_actions] for agent in range(self.num_agents)]
         rewards = self.reward.score(lists, node.prompts, node.item)
-        node.rewards = torch.tensor(rewards, dtype=torch.float32)
-        env_step += len(rewards)
+        if isinstance(rewards, torch.Tensor) and rewards.dim() == 2:  # per-agent rewards [N, J]
+            node.agent_rewards = rewards.float()
+            node.rewards = node.agent_rewards.mean(dim=0)
+        else:
+            node.rewards = torch.tensor(rewards, dtype=torch.float32)
+        env_step += node.rewards.numel()
         node.env_step = env_step
         node.terminated = self.threshold is not None and float(node.rewards.mean()) > self.threshold
         return env_step

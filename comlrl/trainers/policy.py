@@ -8,7 +8,7 @@ runs the batched forward/backward of the policy-gradient loss over them (in row 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -17,9 +17,9 @@ from comlrl.core.kl import sequence_kl
 from comlrl.core.losses import policy_gradient_loss
 from comlrl.models.loading import frozen_copy
 from comlrl.models.tokenizers import pad_token_id
-from comlrl.rollout.batch import build_sequence_batch
+from comlrl.rollout.batch import SequenceBatch, build_sequence_batch
 from comlrl.rollout.generation import Completions, HFGenerator
-from comlrl.rollout.scoring import score_completions
+from comlrl.rollout.scoring import CompletionScores, score_completions
 from comlrl.training.optim import AgentOptimizer
 
 
@@ -113,6 +113,16 @@ def _old_logprob_tensor(olds: Sequence[Optional[torch.Tensor]], width: int) -> O
     return out
 
 
+class AuxiliaryLoss(Protocol):
+    """A second objective computed from the same forward as the policy loss (e.g. a value head on
+    the policy's backbone). Called per micro-batch with the scores (hidden states included), the
+    batch, and the slice of ``rows`` it holds; returns the loss term and metrics to sum."""
+
+    final_state: bool  # the batch must include each row's state after its whole completion
+
+    def __call__(self, scores: CompletionScores, batch: SequenceBatch, rows: slice) -> Tuple[torch.Tensor, Dict[str, float]]: ...
+
+
 def backward_policy_rows(
     agent: PolicyAgent,
     rows: PolicyRows,
@@ -121,9 +131,10 @@ def backward_policy_rows(
     clip_range: Optional[float],
     micro_batch_size: Optional[int],
     label: str,
+    auxiliary: Optional[AuxiliaryLoss] = None,
 ) -> Dict[str, float]:
-    """Forward and backward the policy-gradient loss of ``rows`` through ``agent.optimizer``
-    (the caller finishes the update with ``agent.optimizer.step``).
+    """Forward and backward the policy-gradient loss of ``rows`` (plus ``auxiliary``'s term, from the
+    same forward) through ``agent.optimizer`` (the caller finishes with ``agent.optimizer.step``).
 
     Dropout is off (eval mode) so the scored distribution is the sampling one. Raises
     FloatingPointError on a non-finite loss.
@@ -132,10 +143,14 @@ def backward_policy_rows(
     model.eval()
     size = micro_batch_size or len(rows)
     totals = {"loss": 0.0, "entropy": 0.0, "ratio": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "tokens": 0.0}
+    extra_totals: Dict[str, float] = {}
     for start in range(0, len(rows), size):
         stop = min(start + size, len(rows))
-        batch = build_sequence_batch(rows.prompts[start:stop], rows.completions[start:stop], agent.pad_id, agent.device)
-        scores = score_completions(model, batch, temperature, with_entropy=True)
+        batch = build_sequence_batch(
+            rows.prompts[start:stop], rows.completions[start:stop], agent.pad_id, agent.device,
+            final_state=auxiliary is not None and auxiliary.final_state,
+        )
+        scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
         old = _old_logprob_tensor(rows.old_logprobs[start:stop], batch.completion_width)
         output = policy_gradient_loss(
             scores.logprobs,
@@ -145,12 +160,18 @@ def backward_policy_rows(
             old_token_logprobs=old.to(agent.device) if old is not None else None,
             clip_range=clip_range,
         )
-        if not torch.isfinite(output.loss):
+        loss = output.loss
+        if auxiliary is not None:
+            extra, extra_metrics = auxiliary(scores, batch, slice(start, stop))
+            loss = loss + extra
+            for key, value in extra_metrics.items():
+                extra_totals[key] = extra_totals.get(key, 0.0) + value
+        if not torch.isfinite(loss):
             raise FloatingPointError(
-                f"{label}: the policy loss is {float(output.loss.detach())}. Check that rewards are finite and of a sane "
+                f"{label}: the policy loss is {float(loss.detach())}. Check that rewards are finite and of a sane "
                 f"scale, lower the learning rate, or set max_grad_norm."
             )
-        agent.optimizer.backward(output.loss, last=stop == len(rows))
+        agent.optimizer.backward(loss, last=stop == len(rows))
         tokens = float(batch.mask.sum())
         totals["loss"] += float(output.loss.detach())
         totals["entropy"] += float((scores.entropy * batch.mask).sum())
@@ -162,6 +183,7 @@ def backward_policy_rows(
         "loss": totals["loss"],
         "entropy": totals["entropy"] / tokens,
         "completion_length": totals["tokens"] / max(len(rows), 1),
+        **extra_totals,
     }
     if any(o is not None for o in rows.old_logprobs):
         metrics.update(ratio=totals["ratio"] / tokens, clip_fraction=totals["clip_fraction"] / tokens, approx_kl=totals["approx_kl"] / tokens)
