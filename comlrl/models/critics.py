@@ -1,0 +1,145 @@
+"""Critics as training entities: sources checked first, then loaded, wrapped with value heads, and
+checked against the tokenizer whose ids they read.
+
+Rules (the "LLM critics" part of the training-entities contract):
+- ``critic_model`` alone: an id or directory is loaded once and copied for every critic slot
+  (independent parameters); one loaded model object is shared by every slot (one set of
+  parameters, one optimizer, stepped once per update).
+- ``critics`` alone: one id, directory or model object per slot (the same object twice is refused).
+- both: ``critics`` must have one entry per slot and every entry must name ``critic_model``.
+- a ``CausalLMWithValueHead`` is used as it is (a head is attached if it has none); any other
+  causal LM gets a fresh head.
+- a critic reads token ids made by an agent's tokenizer, so that tokenizer's vocabulary must fit
+  the critic's embedding (the one thing that can be checked without running both; a critic of the
+  same model family as the agent is the safe choice).
+- a directory holding ``value_head.pt`` (what ``save_model`` writes) restores that head.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from comlrl.models.loading import load_models, own_cpu_parameters, resolve_model_kwargs
+from comlrl.models.sources import describe_source, resolve_model_sources
+from comlrl.models.value_head import CausalLMWithValueHead
+
+VALUE_HEAD_FILE = "value_head.pt"
+
+
+@dataclass
+class CriticPlan:
+    sources: List[Any]  # one per critic slot
+    model_name: Optional[str]
+
+
+def plan_critics(*, critic_model: Any, critics: Optional[Sequence[Any]], count: int, label: str) -> CriticPlan:
+    """Sources of ``count`` critic slots (no loading); ``label`` names the count in errors."""
+    sources, name = resolve_model_sources(
+        kind="critics", model=critic_model, models=critics, expected_count=count, expected_label=label,
+        model_label="critic_model",
+    )
+    return CriticPlan(sources, name)
+
+
+def wrap_with_value_head(model: nn.Module, hidden_dim: Optional[int]) -> CausalLMWithValueHead:
+    """``model`` with a value head (a wrapper is kept as given; a head is attached when missing)."""
+    if isinstance(model, CausalLMWithValueHead):
+        if model.value_head is None:
+            model.attach_value_head(hidden_dim)
+        return model
+    return CausalLMWithValueHead(model, value_head_hidden_dim=hidden_dim)
+
+
+def load_critics(
+    plan: CriticPlan,
+    model_config: Mapping[str, Any],
+    devices: Sequence[torch.device],
+    hidden_dim: Optional[int],
+) -> List[CausalLMWithValueHead]:
+    """One critic per slot; slots that share a model object share one wrapper."""
+    first_device: Dict[int, torch.device] = {}
+    for source, device in zip(plan.sources, devices):
+        if not isinstance(source, str) and first_device.setdefault(id(source), device) != device:
+            raise ValueError(
+                f"critic_model {describe_source(source)} is shared by every critic, so it cannot sit on both "
+                f"{first_device[id(source)]} and {device}; give one critic device, or critic ids/directories "
+                f"to load one copy per device."
+            )
+    kwargs = resolve_model_kwargs(model_config, model_config.get("critic_model_kwargs"))
+    models = load_models(plan.sources, kind="critics", model_kwargs=kwargs, devices=devices)
+    wrapped: Dict[int, CausalLMWithValueHead] = {}
+    critics = []
+    for source, model in zip(plan.sources, models):
+        if id(model) not in wrapped:
+            critic = wrap_with_value_head(model, hidden_dim)
+            own_cpu_parameters(critic)
+            restore_value_head(critic, source)
+            wrapped[id(model)] = critic.eval()  # no dropout: values are compared across forwards
+        critics.append(wrapped[id(model)])
+    return critics
+
+
+def check_critic_reads(critic: nn.Module, tokenizer: Any, critic_label: str, reader_label: str) -> None:
+    """Refuse a critic whose embedding cannot index every id of the tokenizer it reads."""
+    embeddings = critic.get_input_embeddings() if hasattr(critic, "get_input_embeddings") else None
+    rows = getattr(embeddings, "num_embeddings", None)
+    try:
+        size = len(tokenizer)
+    except TypeError:
+        return  # a duck-typed tokenizer without a length: nothing to compare
+    if rows is not None and size > rows:
+        raise ValueError(
+            f"{critic_label} reads the token ids of {reader_label} ({size} tokens) but its embedding has only "
+            f"{rows} rows. A critic must share the vocabulary of the tokenizer it reads: use a critic of the same "
+            f"model family as {reader_label}."
+        )
+
+
+def restore_value_head(model: CausalLMWithValueHead, source: Any) -> bool:
+    """Load ``source/value_head.pt`` into ``model.value_head`` when ``source`` is a directory holding one.
+
+    A head of another shape (a different ``*_value_head_hidden_dim``) is not loaded; a warning says so.
+    """
+    if not isinstance(source, str) or model.value_head is None:
+        return False
+    path = os.path.join(source, VALUE_HEAD_FILE)
+    if not os.path.isfile(path):
+        return False
+    device = next(model.value_head.parameters()).device
+    state = torch.load(path, map_location=device, weights_only=True)
+    try:
+        model.value_head.load_state_dict(state)
+    except RuntimeError as exc:
+        warnings.warn(
+            f"{path} does not fit the configured value head ({exc}); the head starts fresh. Set the value-head "
+            f"hidden dim the head was trained with to restore it.",
+            stacklevel=2,
+        )
+        return False
+    return True
+
+
+def value_model_writer(
+    model: CausalLMWithValueHead,
+    tokenizer: Any = None,
+    extra: Optional[Callable[[str], None]] = None,
+) -> Callable[[str], None]:
+    """``write(dir)``: the backbone (``save_pretrained``), ``value_head.pt`` when a head exists, the
+    tokenizer if given, then ``extra(dir)``. Pass it to ``write_dir_atomically`` / ``write_into_dir``."""
+
+    def write(directory: str) -> None:
+        model.model.save_pretrained(directory)
+        if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
+            tokenizer.save_pretrained(directory)
+        if model.value_head is not None:
+            torch.save(model.value_head.state_dict(), os.path.join(directory, VALUE_HEAD_FILE))
+        if extra is not None:
+            extra(directory)
+
+    return write
