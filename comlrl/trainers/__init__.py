@@ -1,5 +1,12 @@
 """Trainers, one package per algorithm family, on the shared loop of ``comlrl.trainers.base``."""
 
+from comlrl.trainers.actor_critic import (
+    ActorCriticTrainerBase,
+    IACConfig,
+    IACTrainer,
+    MAACConfig,
+    MAACTrainer,
+)
 from comlrl.trainers.reinforce import (
     MAGRPOConfig,
     MAGRPOTrainer,
@@ -12,6 +19,11 @@ from comlrl.trainers.reinforce import (
 )
 
 __all__ = [
+    "ActorCriticTrainerBase",
+    "IACConfig",
+    "IACTrainer",
+    "MAACConfig",
+    "MAACTrainer",
     "MAGRPOConfig",
     "MAGRPOTrainer",
     "MAREINFORCEConfig",

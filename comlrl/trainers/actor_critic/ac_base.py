@@ -1,0 +1,482 @@
+"""The actor-critic loop IAC and MAAC share; they differ only in where their critics are and what
+the critics read.
+
+One training step (``_train_step``):
+  1. rollout   episodes of a batch of items: rollout trees with one joint response per branch
+               (multi-turn) or K one-step episodes of each prompt; one generate call per agent per turn
+  2. values    every sample's critic estimate V(h_t) (or Q(h_t, a_t)): one no-grad forward per critic,
+               each distinct critic input computed once
+  3. targets   one-step TD targets and TD-error advantages per agent episode
+  4. update    full buffers are drained together: per turn, advantages standardised per agent,
+               shuffled minibatches of ``train_batch_size`` joint samples; per minibatch every actor
+               takes one step (with its value head's loss, in shared-head IAC, from the same
+               forward) and every separate critic takes one step on the samples of the agents it serves
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn as nn
+
+from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics, restore_value_head
+from comlrl.models.entities import AgentPlan, agent_count, load_agents, plan_agents
+from comlrl.models.loading import check_model_config
+from comlrl.models.tokenizers import pad_token_id
+from comlrl.models.value_head import CausalLMWithValueHead
+from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.generation import SamplingParams
+from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.tree import RolloutResult, TreeRollout
+from comlrl.trainers.actor_critic.config import ActorCriticFields
+from comlrl.trainers.actor_critic.export import ExportEntry, write_exports
+from comlrl.trainers.actor_critic.rewards import AgentRewards
+from comlrl.trainers.actor_critic.samples import (
+    AgentEpisode,
+    RolloutSample,
+    assign_td_targets,
+    build_agent_episode,
+    episodes_of,
+)
+from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
+from comlrl.trainers.base import TrainerBase, chunked
+from comlrl.trainers.policy import PolicyAgent, PolicyRows, backward_policy_rows, build_references
+from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
+from comlrl.training.devices import resolve_devices
+from comlrl.training.optim import AgentOptimizer
+
+
+def _prefixed(prefix: str, metrics: Dict[str, float]) -> Dict[str, float]:
+    return {f"{prefix}{key}": value for key, value in metrics.items()}
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values))
+
+
+class ActorCriticTrainerBase(TrainerBase):
+    """Shared construction, rollout, TD targets, update and evaluation of IAC and MAAC.
+
+    Subclasses say where the critics are (``_plan_critics``, ``_critic_slots``), which tokenizer
+    each critic reads (``_critic_reader``), what it reads (``_critic_input``), and how models are
+    exported (``_export_entries``).
+    """
+
+    algorithm_name = "ActorCritic"
+    default_config_cls: Any = None
+    config_family: Any = ActorCriticFields
+
+    def __init__(
+        self,
+        agent_model: Any = None,
+        critic_model: Any = None,
+        tokenizer: Any = None,
+        reward_func: Any = None,
+        reward_processor: Any = None,
+        formatters: Any = None,
+        args: Optional[ActorCriticFields] = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        model_config: Optional[Dict[str, Any]] = None,
+        wandb_config: Optional[Dict[str, Any]] = None,
+        metrics_callback: Any = None,
+        external_transition: Any = None,
+        agents: Optional[List[Any]] = None,
+        critics: Optional[List[Any]] = None,
+    ):
+        args = self._resolve_args(args)
+        self._check_arguments(args, agent_model, agents, tokenizer, reward_func, external_transition, metrics_callback)
+        self._check_critic_arguments(args, critic_model, critics)
+        count = agent_count(agent_model, agents, None, args)
+        args.num_agents = count
+        plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
+        critic_plan = self._plan_critics(args, critic_model, critics, count)
+        model_config = check_model_config(model_config)
+        head_dims = (self._actor_head_dim(args, model_config), self._head_dim(args, model_config, "critic_value_head_hidden_dim"))
+        self.args = args
+        self.num_agents = count
+        self.model_name = plan.model_name
+        self.formatters = build_formatters(formatters, count, pass_none_external_prompts=True)
+        self.reward = RewardFunction(reward_func, count, reward_processor)
+        self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
+        critic_devices = self._resolve_critic_devices(count)
+        self._load_entities(plan, critic_plan, model_config, critic_devices, head_dims)
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.reward_func = reward_func
+        self.reward_processor = reward_processor
+        self.external_transition = external_transition
+        self.metrics_callback = metrics_callback
+        self.rollout_buffers: List[List[RolloutSample]] = [[] for _ in range(count)]
+        self._init_services(wandb_config, self._wandb_run_config())
+
+    # ------------------------------------------------------------------ validation (before loading)
+    def _check_arguments(self, args, agent_model, agents, tokenizer, reward_func, transition, metrics_callback) -> None:
+        name = self.algorithm_name
+        if reward_func is None or not callable(reward_func):
+            raise ValueError(f"reward_func must be a callable that scores joint responses, got {reward_func!r}.")
+        if agent_model is None and agents is None:
+            raise ValueError("Either agent_model or agents must be provided (a model id, a directory, or a list of them).")
+        if agents is None and isinstance(agent_model, nn.Module) and args.num_agents > 1:
+            raise ValueError(
+                f"Multi-agent IAC/MAAC requires `agent_model` to be a pretrained identifier string: {args.num_agents} "
+                f"agents cannot share one {type(agent_model).__name__} object. Pass a model id or directory, or "
+                f"agents=[model_0, model_1, ...] with one model object per agent."
+            )
+        if agents is not None and tokenizer is None:
+            raise ValueError(
+                f"Tokenizer must be provided when using agents: {name} takes tokenizer=<one tokenizer> or a list with "
+                f"one tokenizer per entry of agents (also when agents are ids or directories)."
+            )
+        if transition is not None and not callable(transition):
+            raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
+        if args.num_turns > 1 and transition is None:
+            raise ValueError(
+                f"Multi-turn {name} requires an external_transition (num_turns={args.num_turns}): give a function that "
+                f"returns the next turn's prompts, or set num_turns=1."
+            )
+        if metrics_callback is not None and not callable(metrics_callback):
+            raise ValueError(f"metrics_callback must be callable (rollouts -> dict), got {type(metrics_callback).__name__}.")
+
+    def _check_critic_arguments(self, args, critic_model: Any, critics: Any) -> None:
+        """Refuse critic arguments the arrangement cannot use (before anything loads)."""
+
+    def _plan_critics(self, args, critic_model: Any, critics: Any, count: int) -> Optional[CriticPlan]:
+        raise NotImplementedError
+
+    @staticmethod
+    def _head_dim(args, model_config: Dict[str, Any], field: str) -> Optional[int]:
+        """A value-head width from the config field or ``model_config[field]`` (they must agree)."""
+        from_config = getattr(args, field)
+        from_model_config = model_config.get(field)
+        if from_model_config is not None and from_config is not None and from_model_config != from_config:
+            raise ValueError(
+                f"{field} is {from_config!r} in the trainer config but {from_model_config!r} in model_config; set it once."
+            )
+        return from_config if from_config is not None else from_model_config
+
+    # ------------------------------------------------------------------ entities
+    def _resolve_critic_devices(self, count: int) -> List[torch.device]:
+        """One device per critic slot (and the public ``critic_devices`` / ``critic_device``)."""
+        raise NotImplementedError
+
+    def _critic_slots(self) -> List[Optional[int]]:
+        """For each agent, the index into ``critics`` of its critic (None: the head on its backbone)."""
+        raise NotImplementedError
+
+    def _critic_reader(self, slot: int) -> int:
+        """The agent whose tokenizer makes the ids critic ``slot`` reads."""
+        raise NotImplementedError
+
+    def _actors_carry_value_heads(self) -> bool:
+        return False
+
+    def _actor_head_dim(self, args, model_config: Dict[str, Any]) -> Optional[int]:
+        return None
+
+    def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices, head_dims) -> None:
+        args = self.args
+        actor_dim, critic_dim = head_dims
+        backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
+        self.tokenizer = self.tokenizers[0]
+        self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]
+        self.critics = load_critics(critic_plan, model_config, critic_devices, critic_dim) if critic_plan else []
+        self._critic_of_agent = self._critic_slots()
+        for slot, critic in enumerate(self.critics):
+            reader = self._critic_reader(slot)
+            check_critic_reads(critic, self.tokenizers[reader], f"critics[{slot}]", f"the tokenizer of agents[{reader}]")
+        reference_devices = (
+            resolve_devices(args.reference_devices, self.num_agents, "reference_devices")
+            if args.reference_devices is not None else self.agent_devices
+        )
+        self.reference_models = (
+            build_references([a.model for a in self.agents], plan.sources, reference_devices) if args.reference_kl_enabled else []
+        )
+        self.policies = [
+            PolicyAgent(i, actor.model, tok, device, self.reference_models[i] if self.reference_models else None)
+            for i, (actor, tok, device) in enumerate(zip(self.agents, self.tokenizers, self.agent_devices))
+        ]
+        for policy, actor in zip(self.policies, self.agents):
+            policy.optimizer = self._make_optimizer(actor.parameters(), args.agent_learning_rate)
+        self.agent_optimizers = [p.optimizer.optimizer for p in self.policies]
+        made: Dict[int, AgentOptimizer] = {}
+        for critic in self.critics:  # critics that are one shared object get one optimizer
+            if id(critic) not in made:
+                made[id(critic)] = self._make_optimizer(critic.parameters(), args.critic_learning_rate)
+        self._critic_optimizers = [made[id(critic)] for critic in self.critics]
+        self._critic_pad_ids = [pad_token_id(self.tokenizers[self._critic_reader(s)]) for s in range(len(self.critics))]
+
+    def _wrap_actor(self, model: nn.Module, source: Any, dim: Optional[int]) -> CausalLMWithValueHead:
+        heads = self._actors_carry_value_heads()
+        if isinstance(model, CausalLMWithValueHead):
+            actor = model
+            if heads and actor.value_head is None:
+                actor.attach_value_head(dim)
+        else:
+            actor = CausalLMWithValueHead(model, value_head_hidden_dim=dim, attach_value_head=heads)
+        if heads:
+            restore_value_head(actor, source)
+        return actor.eval()  # dropout stays off: updates score the distribution that sampled
+
+    def named_models(self) -> Dict[str, nn.Module]:
+        """Every model of the trainer once, by attribute path ("agents.0", "critics.0", ...)."""
+        out: Dict[str, nn.Module] = {}
+        seen = set()
+        for attribute in ("agents", "critics", "reference_models"):
+            for index, model in enumerate(getattr(self, attribute)):
+                if id(model) not in seen:
+                    seen.add(id(model))
+                    out[f"{attribute}.{index}"] = model
+        return out
+
+    def named_optimizers(self) -> Dict[str, torch.optim.Optimizer]:
+        """Every optimizer once, by attribute path ("agent_optimizers.0", critic optimizers, ...)."""
+        out = {f"agent_optimizers.{i}": opt for i, opt in enumerate(self.agent_optimizers)}
+        seen = set()
+        for name, optimizer in self._named_critic_optimizers():
+            if id(optimizer) not in seen:
+                seen.add(id(optimizer))
+                out[name] = optimizer
+        return out
+
+    def _named_critic_optimizers(self) -> List[Tuple[str, torch.optim.Optimizer]]:
+        raise NotImplementedError
+
+    def _checkpoint_components(self) -> CheckpointComponents:
+        components = super()._checkpoint_components()
+        components.add_models("critics", self.critics)  # a critic shared by several slots is written once
+        components.add_models("reference_models", self.reference_models)
+        for name, optimizer in self.named_optimizers().items():
+            components.add_optimizers(name, optimizer)
+        buffers = AttributeState(self, "rollout_buffers")
+        components.add_state("rollout_buffers", buffers, records=(RolloutSample,), check=per_agent_lists(self.num_agents, "rollout_buffers"))
+        callbacks = {
+            "reward_func": self.reward_func, "reward_processor": self.reward_processor,
+            "external_transition": self.external_transition, "metrics_callback": self.metrics_callback,
+        }
+        callbacks.update({f"formatters.{i}": formatter.original for i, formatter in enumerate(self.formatters)})
+        return components.add_callbacks(callbacks)
+
+    def _wandb_run_config(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ rollout
+    def _tree(self, *, num_generations: int, greedy: bool = False, training: bool = True) -> TreeRollout:
+        a = self.args
+        old_logprobs = training and a.update_epochs > 1
+        scorer = None
+        if old_logprobs or a.reference_kl_enabled:
+            def scorer(agent: int, completions: Any) -> Dict[str, Any]:
+                return self.policies[agent].rollout_extras(
+                    completions, a.temperature, old_logprobs=old_logprobs, reference_kl=a.reference_kl_enabled
+                )
+        sampling = SamplingParams(a.max_new_tokens, a.temperature, a.top_p, a.top_k, do_sample=not greedy, extra=dict(self._generation_kwargs))
+        return TreeRollout(
+            generators=[p.generator for p in self.policies], formatters=self.formatters, reward=AgentRewards(self.reward),
+            num_generations=num_generations, num_turns=a.num_turns, joint_mode="aligned", discount=a.discount,
+            sampling=sampling, early_termination_threshold=a.early_termination_threshold,
+            external_transition=self.external_transition, external_prompt_passthrough=a.external_prompt_passthrough,
+            row_scorer=scorer,
+        )
+
+    def _collect(self, result: RolloutResult, num_generations: int, *, training: bool) -> List[List[RolloutSample]]:
+        """The samples of every item (all agents, all turns), with values and TD targets when training."""
+        episodes = episodes_of(result.roots, num_generations)
+        kl_coef = self.args.reference_kl_coef if self.args.reference_kl_enabled else None
+        critic_input = self._critic_input if training else None
+        by_agent: List[List[AgentEpisode]] = [
+            [build_agent_episode(agent, ep, kl_coef=kl_coef, critic_input=critic_input) for ep in episodes]
+            for agent in range(self.num_agents)
+        ]
+        if training:
+            self._assign_old_values([s for agent_eps in by_agent for ep in agent_eps for s in ep.samples])
+            for agent_eps in by_agent:
+                for ep in agent_eps:
+                    assign_td_targets(ep, self.args.discount)
+        per_item: List[List[RolloutSample]] = [[] for _ in result.roots]
+        for agent_eps in by_agent:
+            for episode, agent_ep in zip(episodes, agent_eps):
+                per_item[episode.item_index].extend(agent_ep.samples)
+        return per_item
+
+    def _critic_input(self, agent: int, node: Any, j: int, prompt_ids: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _value_model(self, agent: int) -> Tuple[CausalLMWithValueHead, int]:
+        slot = self._critic_of_agent[agent]
+        if slot is None:
+            return self.agents[agent], self.policies[agent].pad_id
+        return self.critics[slot], self._critic_pad_ids[slot]
+
+    def _assign_old_values(self, samples: List[RolloutSample]) -> None:
+        """``old_value`` of every sample: one batched no-grad forward per critic model."""
+        groups: Dict[int, Tuple[CausalLMWithValueHead, int, List[RolloutSample]]] = {}
+        for sample in samples:
+            model, pad = self._value_model(sample.agent_idx)
+            groups.setdefault(id(model), (model, pad, []))[2].append(sample)
+        for model, pad, group in groups.values():
+            values = rollout_values(model, [s.critic_input_ids for s in group], pad, self.args.update_micro_batch_size)
+            for sample, value in zip(group, values):
+                sample.old_value = value.clone()
+
+    # ------------------------------------------------------------------ training step
+    def _items_per_step(self) -> int:
+        per_item = self.args.num_generations * self.args.num_turns
+        return max(1, self.args.rollout_buffer_size // per_item)
+
+    def _train_step(self, items: List[Any]) -> None:
+        k = self.args.num_generations
+        result = self._tree(num_generations=k).run(items, self.env_step)
+        self.env_step += result.env_steps
+        per_item = self._collect(result, k, training=True)
+        samples = [s for item_samples in per_item for s in item_samples]
+        self.metrics.record(self._rollout_metrics(samples))
+        for item_samples in per_item:
+            self.metrics.record(self._callback_metrics(item_samples))
+        for agent in range(self.num_agents):
+            self.rollout_buffers[agent].extend(s for s in samples if s.agent_idx == agent)
+        if len(self.rollout_buffers[0]) >= self.args.rollout_buffer_size:
+            self._drain()
+
+    def _flush_buffers(self) -> None:
+        if any(self.rollout_buffers):
+            self._drain()
+
+    def _rollout_metrics(self, samples: Sequence[RolloutSample]) -> Dict[str, float]:
+        """``turn_k/reward_mean``, ``turn_k/expected_return`` (+ reference-KL means), over agents."""
+        metrics: Dict[str, float] = {}
+        for turn in sorted({s.turn_idx for s in samples}):
+            at = [s for s in samples if s.turn_idx == turn]
+            metrics[f"turn_{turn + 1}/reward_mean"] = _mean([float(s.reward) for s in at])
+            metrics[f"turn_{turn + 1}/expected_return"] = _mean([float(s.returns) for s in at])
+            kls = [s.metadata for s in at if "reference_kl" in s.metadata]
+            if kls:
+                metrics[f"turn_{turn + 1}/reference_kl_mean"] = _mean([m["reference_kl"] for m in kls])
+                metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = _mean([m["reference_kl_penalty"] for m in kls])
+        return metrics
+
+    def _callback_metrics(self, samples: List[RolloutSample]) -> Dict[str, float]:
+        if self.metrics_callback is None:
+            return {}
+        extra = self.metrics_callback(samples)
+        if not isinstance(extra, dict):
+            return {}
+        out = {}
+        for key, value in extra.items():
+            try:
+                out[str(key)] = float(value)
+            except (TypeError, ValueError):
+                continue  # non-numeric entries are not metrics
+        return out
+
+    # ------------------------------------------------------------------ update
+    def _drain(self) -> None:
+        """Update on every buffered sample, turn by turn (see module docstring), then empty the buffers."""
+        buffers, self.rollout_buffers = self.rollout_buffers, [[] for _ in range(self.num_agents)]
+        for turn in sorted({s.turn_idx for s in buffers[0]}):
+            group = [[s for s in buffer if s.turn_idx == turn] for buffer in buffers]
+            for samples in group:
+                for sample, advantage in zip(samples, normalized_advantages(samples, self.args.advantage_normalization)):
+                    sample.normalized_advantage = advantage
+            for _ in range(self.args.update_epochs):
+                order = list(range(len(group[0])))
+                random.shuffle(order)
+                for minibatch in chunked(order, self.args.train_batch_size):
+                    self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
+
+    def _update_minibatch(self, batch: List[List[RolloutSample]]) -> None:
+        """``batch[i]``: agent i's samples of the same joint samples. One step per actor and per critic."""
+        for agent, samples in enumerate(batch):
+            self.metrics.record(_prefixed(f"agent_{agent}/", self._actor_step(agent, samples)))
+        for slot, samples in self._critic_batches(batch):
+            label = f"{self.algorithm_name} critic {slot} (env_step {self.env_step})"
+            metrics = critic_step(
+                self.critics[slot], self._critic_optimizers[slot], samples, pad_id=self._critic_pad_ids[slot],
+                coef=self.args.value_loss_coef, clip_range=self._value_clip_range(),
+                micro_batch_size=self.args.update_micro_batch_size, label=label,
+            )
+            self.metrics.record(_prefixed(self._critic_metric_prefix(slot), metrics))
+
+    def _critic_batches(self, batch: List[List[RolloutSample]]) -> List[Tuple[int, List[RolloutSample]]]:
+        """Per distinct critic: its first slot and the samples of every agent it serves."""
+        groups: Dict[int, Tuple[int, List[RolloutSample]]] = {}
+        for agent, slot in enumerate(self._critic_of_agent):
+            if slot is not None:
+                groups.setdefault(id(self.critics[slot]), (slot, []))[1].extend(batch[agent])
+        return list(groups.values())
+
+    def _critic_metric_prefix(self, slot: int) -> str:
+        return f"critic_{slot}/"
+
+    def _value_clip_range(self) -> Optional[float]:
+        return None
+
+    def _actor_step(self, agent: int, samples: List[RolloutSample]) -> Dict[str, float]:
+        """One policy-gradient step ``-mean_s A_s log pi(a_s | h_s)`` (+ the shared head's value loss)."""
+        a = self.args
+        policy = self.policies[agent]
+        off_policy = a.update_epochs > 1
+        rows = PolicyRows()
+        for sample in samples:
+            old = sample.old_token_logprobs if off_policy else None
+            rows.add(sample.prompt_ids, sample.completion_ids, float(sample.normalized_advantage), 1.0 / len(samples), old)
+        auxiliary = None
+        if self._critic_of_agent[agent] is None:
+            auxiliary = SharedValueLoss(
+                self.agents[agent].value_head, samples, a.value_loss_coef, self._value_clip_range(), a.critic_type == "q"
+            )
+        label = f"{self.algorithm_name} agent {agent} (env_step {self.env_step})"
+        metrics = backward_policy_rows(
+            policy, rows, temperature=a.temperature, clip_range=a.importance_clip_range if off_policy else None,
+            micro_batch_size=a.update_micro_batch_size, label=label, auxiliary=auxiliary,
+        )
+        metrics["policy_loss"] = metrics.pop("loss")
+        metrics["grad_norm"] = policy.optimizer.step(label)
+        metrics["advantage_mean"] = _mean([float(s.advantage) for s in samples])
+        return metrics
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
+        """One greedy response per agent per turn on up to ``num_eval_samples`` eval items
+        (default ``eval_num_samples``), episodes ending early as in training.
+
+        Returns ``eval/turn_k/reward_mean`` and ``eval/turn_k/expected_return`` (+ reference-KL means
+        when enabled) and ``eval/<key>`` for each ``metrics_callback`` key, averaged over items; an
+        empty dict without an eval dataset or with 0 samples. No critic or extra forward runs.
+        """
+        if self.eval_dataset is None:
+            return {}
+        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
+        items = self._eval_items(count) if count > 0 else []
+        if not items:
+            return {}
+        tree = self._tree(num_generations=1, greedy=True, training=False)
+        per_item: List[List[RolloutSample]] = []
+        for start in range(0, len(items), self.args.eval_batch_size):
+            result = tree.run(items[start : start + self.args.eval_batch_size])
+            per_item.extend(self._collect(result, 1, training=False))
+        metrics = _prefixed("eval/", self._rollout_metrics([s for samples in per_item for s in samples]))
+        callback_values: Dict[str, List[float]] = {}
+        for samples in per_item:
+            for key, value in self._callback_metrics(samples).items():
+                callback_values.setdefault(key, []).append(value)
+        metrics.update({f"eval/{key}": _mean(values) for key, values in callback_values.items()})
+        self.metrics.write(metrics, self.env_step)
+        return metrics
+
+    # ------------------------------------------------------------------ export
+    def _export_entries(self, output_dir: str) -> List[ExportEntry]:
+        raise NotImplementedError
+
+    def save_model(self, output_dir: str, overwrite: bool = False) -> None:
+        """Export actors, value heads and critics (layout: see the trainer's ``_export_entries``).
+
+        Every folder loads back with ``AutoModelForCausalLM``; ``value_head.pt`` holds a head's
+        state dict (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are
+        refused unless ``overwrite=True``. A W&B run stays open.
+        """
+        write_exports(self._export_entries(output_dir), overwrite)
+        if self._wandb is not None:
+            self._wandb.write({"final_model_saved": 1.0}, self.env_step)

@@ -1,0 +1,209 @@
+"""Configs of the actor-critic family: IAC (independent critics) and MAAC (one centralized critic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, FrozenSet, Optional
+
+from comlrl.trainers.config_base import (
+    CommonTrainingFields,
+    normalize_parallel_training,
+    require_at_least,
+    require_choice,
+    require_in_range,
+    require_int_at_least,
+    require_optional_positive,
+    validate_reference_kl,
+)
+
+CRITIC_TYPES = ("v", "q")
+
+# Fields that may differ between a checkpoint and the run that resumes it.
+RESUMABLE_FIELDS = frozenset(
+    {
+        "num_train_epochs",
+        "agent_devices",
+        "critic_devices",
+        "reference_devices",
+        "parallel_training",
+        "logging_steps",
+        "output_dir",
+        "verbose",
+    }
+)
+
+
+@dataclass
+class ActorCriticFields(CommonTrainingFields):
+    """Fields IAC and MAAC share (see ``IACConfig`` and ``MAACConfig``)."""
+
+    resumable_fields: ClassVar[FrozenSet[str]] = RESUMABLE_FIELDS
+
+    # --- schedule and learning rates
+    num_train_epochs: int = 40
+    """Epochs of the whole run."""
+    agent_learning_rate: float = 5e-6
+    """AdamW learning rate of every actor (one optimizer per actor)."""
+    critic_learning_rate: Optional[float] = 5e-6
+    """AdamW learning rate of the critics (None: ``agent_learning_rate``)."""
+    logging_steps: int = 1
+    """Minimum env_step gap between two logged training rows."""
+    num_agents: int = 2
+    """Number of actors. With ``agents=[...]`` and this field left at its default it follows
+    ``len(agents)``; set explicitly, it must agree."""
+    # --- devices
+    parallel_training: Optional[str] = "none"
+    """"none" or "mp" (one device per model, given by ``agent_devices`` / ``critic_devices``)."""
+    agent_devices: Any = None
+    """Device spec of the actors: None/"auto", one device string, or one per actor."""
+    critic_devices: Any = None
+    """Device spec of the critics (default: the actors' devices; MAAC: the first actor's)."""
+    # --- sampling
+    num_generations: int = 1
+    """Completions each actor samples per prompt; must be 1 when ``num_turns > 1`` (an episode
+    then follows one sampled joint response per turn)."""
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    """Sampling temperature; log-probs are scored under the same tempered distribution."""
+    top_p: float = 0.6
+    top_k: Optional[int] = None
+    """Top-k filter at sampling time; None or 0 disables it."""
+    # --- episodes
+    num_turns: int = 2
+    """Turns per episode; more than one needs an ``external_transition``."""
+    discount: float = 1.0
+    """Gamma of the one-step TD targets ``r_t + gamma * V(h_{t+1})``."""
+    early_termination_threshold: Optional[float] = -0.2
+    """An episode ends after a turn whose mean reward is above this value (None: never early)."""
+    external_prompt_passthrough: bool = False
+    """Use the prompts returned by ``external_transition`` verbatim instead of formatting them."""
+    # --- critic
+    critic_type: str = "v"
+    """"v": the critic estimates V(h) from the prompt (history); "q": Q(h, a) from prompt and
+    completion."""
+    value_loss_coef: float = 0.6
+    """Weight of the critic's squared error in its loss."""
+    critic_value_head_hidden_dim: Optional[int] = None
+    """Hidden width of the critics' value heads (None or 0: one linear layer). MAAC also reads
+    ``model_config["critic_value_head_hidden_dim"]`` as CoMLRL 1.4.3 did."""
+    # --- evaluation
+    eval_interval: int = 16
+    """Evaluate before every ``eval_interval``-th training item of an epoch (0: only when called)."""
+    eval_num_samples: int = 4
+    """Evaluation items per evaluation (0 evaluates nothing)."""
+    eval_batch_size: int = 1
+    """Evaluation items generated together per actor."""
+    # --- updates
+    rollout_buffer_size: int = 8
+    """Samples (one per actor, generation and turn) collected per actor before an update."""
+    train_batch_size: Optional[int] = None
+    """Samples per optimizer step (None: ``rollout_buffer_size``)."""
+    advantage_normalization: bool = True
+    """Standardise the TD-error advantages of each (actor, turn) group of an update."""
+    # --- reference KL
+    reference_kl_enabled: bool = False
+    """Penalise ``reference_kl_coef * KL(actor || frozen initial actor)`` in each reward."""
+    reference_kl_coef: float = 0.1
+    reference_devices: Any = None
+    """Devices of the frozen references (default: the actors' devices)."""
+    # --- beyond CoMLRL 1.4.3
+    update_epochs: int = 1
+    """Passes over each drained buffer. Above 1 the buffer is reused by a changing policy, so the
+    sampling log-probs are kept at rollout and every update is importance-weighted (PPO ratio,
+    clipped at ``importance_clip_range``). 1 (the CoMLRL 1.4.3 schedule): plain on-policy updates."""
+    importance_clip_range: Optional[float] = 0.2
+    """PPO epsilon of the ratio clip when ``update_epochs > 1`` (None: unclipped ratios)."""
+
+    def _separate_critic_devices_required(self) -> bool:
+        return True
+
+    def __post_init__(self) -> None:
+        require_int_at_least(self, "rollout_buffer_size", 1)
+        if self.train_batch_size is None:
+            self.train_batch_size = self.rollout_buffer_size
+        require_int_at_least(self, "train_batch_size", 1)
+        require_int_at_least(self, "num_agents", 1)
+        require_int_at_least(self, "num_turns", 1)
+        if self.num_turns > 1 and self.num_generations != 1:
+            raise ValueError(
+                f"num_generations must be 1 when num_turns > 1 (multi-turn episodes follow one joint response "
+                f"per turn). Got num_generations={self.num_generations!r}, num_turns={self.num_turns}."
+            )
+        require_choice(self, "critic_type", CRITIC_TYPES)
+        if self.critic_learning_rate is None:
+            self.critic_learning_rate = self.agent_learning_rate
+        require_int_at_least(self, "num_generations", 1)
+        require_int_at_least(self, "eval_interval", 0)
+        require_int_at_least(self, "eval_num_samples", 0)
+        require_int_at_least(self, "eval_batch_size", 1)
+        require_int_at_least(self, "logging_steps", 1)
+        critic_fields = ["critic_devices"] if self._separate_critic_devices_required() else []
+        normalize_parallel_training(self, ["agent_devices", *critic_fields])
+        validate_reference_kl(self)
+        self._validate_extensions()
+
+    def _validate_extensions(self) -> None:
+        self._validate_common()
+        require_int_at_least(self, "num_train_epochs", 1)
+        require_int_at_least(self, "max_new_tokens", 1)
+        require_in_range(self, "temperature", 0.0, float("inf"), low_open=True)
+        require_in_range(self, "top_p", 0.0, 1.0, low_open=True)
+        if self.top_k is not None:
+            require_int_at_least(self, "top_k", 0)
+        require_in_range(self, "discount", 0.0, 1.0)
+        require_at_least(self, "agent_learning_rate", 0.0)
+        require_at_least(self, "critic_learning_rate", 0.0)
+        require_at_least(self, "value_loss_coef", 0.0)
+        if self.critic_value_head_hidden_dim is not None:
+            require_int_at_least(self, "critic_value_head_hidden_dim", 0)
+        require_int_at_least(self, "update_epochs", 1)
+        require_optional_positive(self, "importance_clip_range")
+        if not isinstance(self.advantage_normalization, bool):
+            raise ValueError(f"advantage_normalization must be True or False. Got {self.advantage_normalization!r}.")
+        if self.early_termination_threshold is not None and (
+            isinstance(self.early_termination_threshold, bool) or not isinstance(self.early_termination_threshold, (int, float))
+        ):
+            raise ValueError(
+                f"early_termination_threshold must be a number or None. Got {self.early_termination_threshold!r}."
+            )
+
+
+@dataclass
+class IACConfig(ActorCriticFields):
+    """Independent Actor-Critic.
+
+    Every actor has its own critic: a separate LLM with a value head (``use_separate_critic=True``)
+    or a value head on the actor's own backbone (``use_separate_critic=False``). Each critic reads
+    only its actor's prompt (and, for "q", its completion); each actor follows the TD-error
+    advantages of its own critic.
+    """
+
+    use_separate_critic: bool = True
+    """True: one critic LLM per actor (``critic_model`` / ``critics``). False: a value head on each
+    actor's backbone, trained with the actor's loss ``policy + value_loss_coef * value`` in one
+    forward and one optimizer."""
+    value_clip_range: Optional[float] = 0.2
+    """PPO value clipping ``max((T-V)^2, (T-V_clip)^2)`` with ``V_clip = V_old + clip(V - V_old, +-eps)``
+    (None: plain squared error). Applies to every IAC critic (CoMLRL 1.4.3: shared heads only)."""
+    value_head_hidden_dim: Optional[int] = None
+    """Hidden width of the value heads on the actors (``use_separate_critic=False``)."""
+
+    def _separate_critic_devices_required(self) -> bool:
+        return bool(self.use_separate_critic)
+
+    def _validate_extensions(self) -> None:
+        super()._validate_extensions()
+        if not isinstance(self.use_separate_critic, bool):
+            raise ValueError(f"use_separate_critic must be True or False. Got {self.use_separate_critic!r}.")
+        require_optional_positive(self, "value_clip_range")
+        if self.value_head_hidden_dim is not None:
+            require_int_at_least(self, "value_head_hidden_dim", 0)
+
+
+@dataclass
+class MAACConfig(ActorCriticFields):
+    """Multi-Agent Actor-Critic with one centralized critic.
+
+    One critic LLM reads every actor's prompt (and, for "q", every completion) and estimates the
+    value of the joint history; each actor follows the TD-error advantages of that shared critic.
+    """

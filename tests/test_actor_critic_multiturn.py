@@ -1,0 +1,95 @@
+"""Multi-turn actor-critic episodes: the external transition sees the right histories, targets
+bootstrap from the next turn's value, and early termination ends an episode."""
+
+import pytest
+import torch
+from conftest import length_ratio
+from torch.testing import assert_close
+
+from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
+
+BASE = dict(num_generations=1, max_new_tokens=4, num_train_epochs=1, verbose=False, eval_interval=0)
+
+
+class Recorder:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, prompt, agent_completions, num_agents, prompt_history_per_agent, response_history_per_agent):
+        self.calls.append(dict(prompt=prompt, completions=list(agent_completions), num_agents=num_agents,
+                               prompts=[list(h) for h in prompt_history_per_agent], responses=[list(h) for h in response_history_per_agent]))
+        return [f"Turn {len(h) + 1} for agent {i}" for i, h in enumerate(response_history_per_agent)]
+
+
+def collect(store):
+    def callback(rollouts):
+        store.append(list(rollouts))
+        return {}
+
+    return callback
+
+
+def test_transition_receives_the_histories_and_targets_bootstrap(tiny_paths, prompts_dataset):
+    transition, episodes = Recorder(), []
+    trainer = MAACTrainer(
+        agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=length_ratio,
+        external_transition=transition, metrics_callback=collect(episodes), train_dataset=prompts_dataset,
+        args=MAACConfig(**BASE, num_turns=3, rollout_buffer_size=6, early_termination_threshold=None, discount=0.9),
+        formatters=[lambda item: "Brief: " + item["prompt"], lambda item, external_prompts=None: "Long: " + (external_prompts or item["prompt"])],
+    )
+    trainer.train()
+    assert trainer.env_step == 4 * 3 and len(transition.calls) == 4 * 2  # one joint response per turn
+    samples = episodes[0]
+    by_turn = {(s.agent_idx, s.turn_idx): s for s in samples}
+    assert len(samples) == 2 * 3
+    city = [c for c in transition.calls if c["prompt"] == "Describe a city"]  # items of a step share each turn's level
+    first, second = sorted(city, key=lambda c: len(c["prompts"][0]))
+    assert first["prompt"] == "Describe a city" and first["num_agents"] == 2
+    assert first["completions"] == [by_turn[(0, 0)].completion, by_turn[(1, 0)].completion]
+    assert first["prompts"] == [["Brief: Describe a city"], ["Long: Describe a city"]]
+    assert first["responses"] == [[by_turn[(0, 0)].completion], [by_turn[(1, 0)].completion]]
+    # turn 2 prompts come from the transition through each formatter (as external_prompts, or as the item's prompt)
+    assert by_turn[(1, 1)].prompt == "Long: Turn 2 for agent 1" and by_turn[(0, 1)].prompt == "Brief: Turn 2 for agent 0"
+    assert second["prompts"][1] == ["Long: Describe a city", "Long: Turn 2 for agent 1"]
+    assert second["responses"][0] == [by_turn[(0, 0)].completion, by_turn[(0, 1)].completion]
+    for agent in range(2):
+        turns = [by_turn[(agent, t)] for t in range(3)]
+        rewards = [float(s.reward) for s in turns]
+        # y_t = r_t + 0.9 * V(h_{t+1}) with the next turn's rollout value; the last turn does not bootstrap
+        assert_close(turns[0].value_target, torch.tensor(rewards[0] + 0.9 * float(turns[1].old_value)))
+        assert_close(turns[1].value_target, torch.tensor(rewards[1] + 0.9 * float(turns[2].old_value)))
+        assert_close(turns[2].value_target, torch.tensor(rewards[2]))
+        assert_close(turns[0].advantage, turns[0].value_target - turns[0].old_value)
+        assert_close(turns[0].returns, torch.tensor(rewards[0] + 0.9 * rewards[1] + 0.81 * rewards[2]))
+
+
+def test_early_termination_ends_the_episode(tiny_paths, prompts_dataset):
+    transition, episodes = Recorder(), []
+    trainer = IACTrainer(
+        agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=lambda a, b: [1.0] * len(a),
+        external_transition=transition, metrics_callback=collect(episodes), train_dataset=prompts_dataset,
+        args=IACConfig(**BASE, num_turns=3, early_termination_threshold=0.5),  # every turn's mean reward 1 > 0.5
+    )
+    trainer.train()
+    assert transition.calls == [] and trainer.env_step == 4
+    assert all(s.turn_idx == 0 and float(s.value_target) == 1.0 for item in episodes for s in item)
+
+
+def test_passthrough_prompts_and_shared_heads_over_turns(tiny_paths, prompts_dataset):
+    transition, episodes = Recorder(), []
+    trainer = IACTrainer(
+        agent_model=tiny_paths["gpt2"], reward_func=length_ratio, external_transition=transition,
+        metrics_callback=collect(episodes), train_dataset=prompts_dataset,
+        args=IACConfig(**BASE, num_turns=2, use_separate_critic=False, external_prompt_passthrough=True,
+                       early_termination_threshold=None, rollout_buffer_size=4),
+    )
+    before = [p.detach().clone() for p in trainer.agents[1].value_head.parameters()]
+    trainer.train()
+    assert {s.prompt for item in episodes for s in item if s.turn_idx == 1} == {"Turn 2 for agent 0", "Turn 2 for agent 1"}
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.agents[1].value_head.parameters()))
+    assert {"turn_1/reward_mean", "turn_2/expected_return"} <= set().union(*trainer.log_history)
+
+
+def test_multi_turn_needs_one_generation():
+    with pytest.raises(ValueError, match="num_generations must be 1 when num_turns > 1"):
+        MAACConfig(num_turns=2, num_generations=2)
