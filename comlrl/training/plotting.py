@@ -3,7 +3,7 @@
 Rows carry ``env_step`` and metric keys; training rows hold ``turn_k/reward_mean`` and
 ``turn_k/expected_return``, evaluation rows ``eval/turn_k/reward_mean`` and
 ``eval/turn_k/expected_return``. ``plot_reward_curve`` draws every such series against ``env_step``
-(training solid, evaluation dashed) into one PNG with matplotlib's Agg backend.
+(training solid, evaluation dashed, returns dotted) into one PNG with matplotlib's Agg backend.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ from typing import Dict, List, Mapping, Optional, Tuple
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_PNG = "reward_curve.png"
 CURVE_KEY = re.compile(r"^(eval/)?turn_(\d+)/(reward_mean|expected_return)$")
+
+# (evaluation row?, return rather than reward?) -> line style; returns stay visible on top of
+# equal single-turn rewards.
+LINE_STYLES = {(False, False): "-", (False, True): ":", (True, False): "--", (True, True): "-."}
 
 Series = Dict[str, List[Tuple[int, float]]]
 
@@ -94,7 +98,7 @@ def _draw(series: Series, out: str, title: str) -> None:
     axes = figure.add_subplot(1, 1, 1)
     for key in sorted(series, key=_series_order):
         steps, values = zip(*series[key])
-        style = "--" if key.startswith("eval/") else "-"
+        style = LINE_STYLES[(key.startswith("eval/"), key.endswith("expected_return"))]
         axes.plot(steps, values, style, marker="o" if len(steps) < 40 else None, markersize=3, label=key)
     axes.set_xlabel("env_step (joint responses scored)")
     axes.set_ylabel("reward / return")
@@ -115,6 +119,7 @@ def _draw(series: Series, out: str, title: str) -> None:
         raise
 
 
-def _series_order(key: str) -> Tuple[int, int, str]:
+def _series_order(key: str) -> Tuple[int, int, int]:
+    """Turn, then training before evaluation, then reward before return (drawn on top)."""
     match = CURVE_KEY.match(key)
-    return (int(match.group(2)), 1 if match.group(1) else 0, match.group(3))
+    return (int(match.group(2)), 1 if match.group(1) else 0, 1 if match.group(3) == "expected_return" else 0)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# One side-by-side run: for every workload, comlrl 1.4.3 (baseline), this project (ours) and the
+# bare-compute floor, REPS times, interleaved so that machine drift hits all three alike.
+#
+#   bash bench/run_compare.sh [smol] [tiny] [hetero]        (default: all three)
+#   python bench/summarize.py "$OUT/results.jsonl"
+#
+# Environment (defaults in brackets):
+#   BENCH_MODELS  folder with smollm2-135m-instruct, tiny-llama, tiny-hetero   [/work/models]
+#   BASELINE_PY   interpreter with comlrl 1.4.3                               [/work/ref/venv/bin/python]
+#   OURS_PY       interpreter with this project installed                      [/work/venv/bin/python]
+#   FLOOR_PY      interpreter for limit_bench.py (torch + transformers)        [$OURS_PY]
+#   REPS [3]  THREADS [2]  OUT [bench/results/compare-<time>]  FLOOR_ARGS (extra limit_bench flags) []
+# Every run appends one JSON line to $OUT/results.jsonl, labelled <workload>:<baseline|ours|floor>;
+# each run's stdout/stderr go to $OUT/logs/. Run nothing else on the machine meanwhile.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+BENCH_MODELS="${BENCH_MODELS:-/work/models}"
+BASELINE_PY="${BASELINE_PY:-/work/ref/venv/bin/python}"
+OURS_PY="${OURS_PY:-/work/venv/bin/python}"
+FLOOR_PY="${FLOOR_PY:-$OURS_PY}"
+REPS="${REPS:-3}"
+THREADS="${THREADS:-2}"
+OUT="${OUT:-$HERE/results/compare-$(date +%Y%m%d-%H%M%S)}"
+read -r -a FLOOR_EXTRA <<< "${FLOOR_ARGS:-}"
+
+WORKLOADS=("$@")
+[ ${#WORKLOADS[@]} -eq 0 ] && WORKLOADS=(smol tiny hetero)
+
+for py in "$BASELINE_PY" "$OURS_PY" "$FLOOR_PY"; do
+  [ -x "$py" ] || { echo "run_compare: interpreter $py not found (see the environment variables above)" >&2; exit 2; }
+done
+models_for() {  # workload -> --model flags
+  case "$1" in
+    smol) echo "--model $BENCH_MODELS/smollm2-135m-instruct" ;;
+    tiny) echo "--model $BENCH_MODELS/tiny-llama" ;;
+    hetero) echo "--model $BENCH_MODELS/tiny-llama --model $BENCH_MODELS/tiny-hetero" ;;
+    *) echo "run_compare: unknown workload $1 (smol, tiny, hetero)" >&2; return 2 ;;
+  esac
+}
+for workload in "${WORKLOADS[@]}"; do models_for "$workload" > /dev/null; done
+for dir in smollm2-135m-instruct tiny-llama tiny-hetero; do
+  [ -d "$BENCH_MODELS/$dir" ] || { echo "run_compare: $BENCH_MODELS/$dir missing; set BENCH_MODELS" >&2; exit 2; }
+done
+
+mkdir -p "$OUT/logs"
+COMMON=(--num-generations 4 --max-new-tokens 32 --num-prompts 4 --epochs 1 --rollout-buffer-size 2 --threads "$THREADS")
+FAILED=0
+
+run() {  # label, interpreter, script, flags...
+  local label="$1" py="$2" script="$3"; shift 3
+  local log="$OUT/logs/${label//:/_}.$rep"
+  echo "[$(date +%H:%M:%S)] $label rep $rep" >&2
+  if ! "$py" "$HERE/$script" "$@" --seed "$rep" --label "$label" --json-out "$OUT/results.jsonl" \
+      > "$log.out" 2> "$log.err"; then
+    echo "FAILED: $label rep $rep (see $log.err)" >&2
+    FAILED=1
+  fi
+}
+
+for workload in "${WORKLOADS[@]}"; do
+  read -r -a MODELS <<< "$(models_for "$workload")"
+  for rep in $(seq 1 "$REPS"); do
+    run "$workload:baseline" "$BASELINE_PY" magrpo_bench.py "${MODELS[@]}" "${COMMON[@]}"
+    run "$workload:ours" "$OURS_PY" magrpo_bench.py "${MODELS[@]}" "${COMMON[@]}"
+    run "$workload:floor" "$FLOOR_PY" limit_bench.py "${MODELS[@]}" "${COMMON[@]}" "${FLOOR_EXTRA[@]}"
+  done
+done
+echo "results: $OUT/results.jsonl  (python $HERE/summarize.py $OUT/results.jsonl)" >&2
+exit "$FAILED"
