@@ -6,7 +6,6 @@
 
 --critic-mode separate: use_separate_critic=True with one critic per agent, a fresh copy of that
 agent's model (so it reads the agent's tokenizer). --critic-mode shared: a value head on each actor.
-Critic forwards are counted on each critic's transformer body, which every implementation runs.
 The last stdout line is the JSON result (see bench_common.run_and_report).
 """
 
@@ -16,21 +15,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ac_common  # noqa: E402
 import bench_common as bc  # noqa: E402
 
 
-def count_critic_forwards(counters: "bc.ModelCounters", critic) -> None:
-    """Count forwards of the critic's transformer body (a critic never generates)."""
-    critic.base_model.register_forward_pre_hook(counters._before_forward, with_kwargs=True)
-    critic.base_model.register_forward_hook(counters._after_forward, with_kwargs=True)
-
-
 def main(argv=None) -> None:
-    parser = bc.build_arg_parser(__doc__.splitlines()[0])
+    parser = ac_common.build_arg_parser(__doc__.splitlines()[0])
     parser.add_argument("--critic-mode", choices=["separate", "shared"], default="separate")
-    parser.add_argument("--critic-type", choices=["v", "q"], default="v")
-    parser.add_argument("--rollout-buffer-size", type=int, default=8)
-    parser.add_argument("--critic-lr", type=float, default=5e-5)
     args = parser.parse_args(argv)
     paths = bc.resolve_models(args)
     bc.setup_runtime(args)
@@ -40,49 +31,23 @@ def main(argv=None) -> None:
     separate = args.critic_mode == "separate"
     models, tokenizers = bc.load_models_and_tokenizers(paths)
     critics = bc.load_models_and_tokenizers(paths)[0] if separate and not args.pass_paths else None
-    counters = critic_counters = None
+    counters = critic_counts = None
     if not (args.pass_paths or args.no_instrument):
-        counters = bc.ModelCounters()
-        for model, tokenizer in zip(models, tokenizers):
-            counters.attach(model, tokenizer.pad_token_id)
-        if critics is not None:
-            critic_counters = bc.ModelCounters()
-            for critic in critics:
-                count_critic_forwards(critic_counters, critic)
+        counters = ac_common.agent_counters(models, tokenizers)
+        critic_counts = ac_common.critic_counters(critics) if critics is not None else None
     reward = bc.CountingReward(args.num_agents)
-    config = IACConfig(
-        num_agents=args.num_agents,
-        num_turns=1,
-        num_train_epochs=args.epochs,
-        agent_learning_rate=args.lr,
-        critic_learning_rate=args.critic_lr,
-        num_generations=args.num_generations,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        use_separate_critic=separate,
-        critic_type=args.critic_type,
-        rollout_buffer_size=args.rollout_buffer_size,
-        advantage_normalization=True,
-        eval_interval=0,
-        logging_steps=10**9,
-    )
+    config = IACConfig(use_separate_critic=separate, **ac_common.config_fields(args))
 
     def build():
         critic_kwargs = {"critics": list(paths) if args.pass_paths else critics} if separate else {}
         return IACTrainer(
-            agents=list(paths) if args.pass_paths else models,
-            tokenizer=tokenizers,
-            reward_func=reward.func,
-            formatters=bc.make_formatters(args.num_agents, tokenizers, args.chat_template),
-            args=config,
-            train_dataset=bc.make_dataset(args.num_prompts),
-            **critic_kwargs,
+            agents=list(paths) if args.pass_paths else models, tokenizer=tokenizers, reward_func=reward.func,
+            formatters=bc.make_formatters(args.num_agents, tokenizers, args.chat_template), args=config,
+            train_dataset=bc.make_dataset(args.num_prompts), **critic_kwargs,
         )
 
-    extra = {"critic_mode": args.critic_mode, "critic_type": args.critic_type, "rollout_buffer_size": args.rollout_buffer_size,
-             "lr": args.lr, "critic_lr": args.critic_lr, "temperature": args.temperature, "top_p": args.top_p}
-    bc.run_and_report("iac", args, paths, tokenizers, build, reward, counters, extra=extra, critic_counters=critic_counters)
+    extra = {"critic_mode": args.critic_mode, **ac_common.report_fields(args)}
+    bc.run_and_report("iac", args, paths, tokenizers, build, reward, counters, extra=extra, critic_counters=critic_counts)
 
 
 if __name__ == "__main__":
