@@ -14,7 +14,8 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.saving import check_target_free, save_pretrained_dir
-from comlrl.rollout.generation import RESERVED_GENERATION_KEYS
+from comlrl.rollout.generation import RESERVED_GENERATION_KEYS, SamplingParams
+from comlrl.rollout.tree import TreeRollout
 from comlrl.training.checkpoint import CheckpointSchedule, TrainingCheckpointMixin, build_identity
 from comlrl.training.checkpoint_files import CheckpointError
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
@@ -312,7 +313,58 @@ class TrainerBase(TrainingCheckpointMixin):
     def evaluate(self, *args: Any, **kwargs: Any) -> Dict[str, float]:
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ rollout (subclasses set policies, formatters)
+    @staticmethod
+    def _check_transition(args: Any, transition: Any, family: str) -> None:
+        if transition is not None and not callable(transition):
+            raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
+        if args.num_turns > 1 and transition is None:
+            raise ValueError(
+                f"Multi-turn {family} requires an external_transition (num_turns={args.num_turns}): give a function "
+                f"that returns the next turn's prompts, or set num_turns=1."
+            )
+
+    def _sampling(self, *, greedy: bool = False) -> SamplingParams:
+        a = self.args
+        return SamplingParams(a.max_new_tokens, a.temperature, a.top_p, a.top_k, do_sample=not greedy, extra=dict(self._generation_kwargs))
+
+    def _rollout_tree(
+        self, *, reward: Any, num_generations: int, joint_mode: str, greedy: bool,
+        early_termination_threshold: Optional[float], old_logprobs: bool, reference_kl: bool,
+    ) -> TreeRollout:
+        """A ``TreeRollout`` over ``self.policies``; with ``old_logprobs`` / ``reference_kl`` every
+        level's rows are also scored for their sampling log-probs / KL to the reference."""
+        a = self.args
+        scorer = None
+        if old_logprobs or reference_kl:
+            def scorer(agent: int, completions: Any) -> Dict[str, Any]:
+                return self.policies[agent].rollout_extras(completions, a.temperature, old_logprobs=old_logprobs, reference_kl=reference_kl)
+        return TreeRollout(
+            generators=[p.generator for p in self.policies], formatters=self.formatters, reward=reward,
+            num_generations=num_generations, num_turns=a.num_turns, joint_mode=joint_mode, discount=a.discount,
+            sampling=self._sampling(greedy=greedy), early_termination_threshold=early_termination_threshold,
+            external_transition=self.external_transition, external_prompt_passthrough=a.external_prompt_passthrough,
+            row_scorer=scorer,
+        )
+
+    def _user_callbacks(self) -> Dict[str, Any]:
+        """The user's objects a checkpoint keeps the state of (when they offer one)."""
+        callbacks = {
+            "reward_func": self.reward_func, "reward_processor": self.reward_processor,
+            "external_transition": self.external_transition,
+        }
+        callbacks.update({f"formatters.{i}": formatter.original for i, formatter in enumerate(self.formatters)})
+        return callbacks
+
     # ------------------------------------------------------------------ evaluation items
+    def _evaluation_items(self, num_eval_samples: Optional[int]) -> List[Any]:
+        """Up to ``num_eval_samples`` (default ``args.eval_num_samples``) eval items; none without an
+        eval dataset or for a count of 0."""
+        if self.eval_dataset is None:
+            return []
+        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
+        return self._eval_items(count) if count > 0 else []
+
     def _eval_items(self, count: int) -> List[Any]:
         dataset = self.eval_dataset
         if is_map_dataset(dataset):

@@ -27,7 +27,6 @@ from comlrl.models.loading import check_model_config
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.formatters import build_formatters
-from comlrl.rollout.generation import SamplingParams
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import RolloutResult, TreeRollout
 from comlrl.trainers.actor_critic.config import ActorCriticFields
@@ -130,13 +129,7 @@ class ActorCriticTrainerBase(TrainerBase):
                 f"Tokenizer must be provided when using agents: {name} takes tokenizer=<one tokenizer> or a list with "
                 f"one tokenizer per entry of agents (also when agents are ids or directories)."
             )
-        if transition is not None and not callable(transition):
-            raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
-        if args.num_turns > 1 and transition is None:
-            raise ValueError(
-                f"Multi-turn {name} requires an external_transition (num_turns={args.num_turns}): give a function that "
-                f"returns the next turn's prompts, or set num_turns=1."
-            )
+        self._check_transition(args, transition, name)
         if metrics_callback is not None and not callable(metrics_callback):
             raise ValueError(f"metrics_callback must be callable (rollouts -> dict), got {type(metrics_callback).__name__}.")
 
@@ -252,33 +245,19 @@ class ActorCriticTrainerBase(TrainerBase):
             components.add_optimizers(name, optimizer)
         buffers = AttributeState(self, "rollout_buffers")
         components.add_state("rollout_buffers", buffers, records=(RolloutSample,), check=per_agent_lists(self.num_agents, "rollout_buffers"))
-        callbacks = {
-            "reward_func": self.reward_func, "reward_processor": self.reward_processor,
-            "external_transition": self.external_transition, "metrics_callback": self.metrics_callback,
-        }
-        callbacks.update({f"formatters.{i}": formatter.original for i, formatter in enumerate(self.formatters)})
-        return components.add_callbacks(callbacks)
+        return components.add_callbacks({**self._user_callbacks(), "metrics_callback": self.metrics_callback})
 
     def _wandb_run_config(self) -> Dict[str, Any]:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ rollout
     def _tree(self, *, num_generations: int, greedy: bool = False, training: bool = True) -> TreeRollout:
+        """Episodes end early in evaluation too; reference KL is measured there when enabled."""
         a = self.args
-        old_logprobs = training and a.update_epochs > 1
-        scorer = None
-        if old_logprobs or a.reference_kl_enabled:
-            def scorer(agent: int, completions: Any) -> Dict[str, Any]:
-                return self.policies[agent].rollout_extras(
-                    completions, a.temperature, old_logprobs=old_logprobs, reference_kl=a.reference_kl_enabled
-                )
-        sampling = SamplingParams(a.max_new_tokens, a.temperature, a.top_p, a.top_k, do_sample=not greedy, extra=dict(self._generation_kwargs))
-        return TreeRollout(
-            generators=[p.generator for p in self.policies], formatters=self.formatters, reward=AgentRewards(self.reward),
-            num_generations=num_generations, num_turns=a.num_turns, joint_mode="aligned", discount=a.discount,
-            sampling=sampling, early_termination_threshold=a.early_termination_threshold,
-            external_transition=self.external_transition, external_prompt_passthrough=a.external_prompt_passthrough,
-            row_scorer=scorer,
+        return self._rollout_tree(
+            reward=AgentRewards(self.reward), num_generations=num_generations, joint_mode="aligned", greedy=greedy,
+            early_termination_threshold=a.early_termination_threshold, old_logprobs=training and a.update_epochs > 1,
+            reference_kl=a.reference_kl_enabled,
         )
 
     def _collect(self, result: RolloutResult, num_generations: int, *, training: bool) -> List[List[RolloutSample]]:
@@ -446,10 +425,7 @@ class ActorCriticTrainerBase(TrainerBase):
         when enabled) and ``eval/<key>`` for each ``metrics_callback`` key, averaged over items; an
         empty dict without an eval dataset or with 0 samples. No critic or extra forward runs.
         """
-        if self.eval_dataset is None:
-            return {}
-        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
-        items = self._eval_items(count) if count > 0 else []
+        items = self._evaluation_items(num_eval_samples)
         if not items:
             return {}
         tree = self._tree(num_generations=1, greedy=True, training=False)

@@ -19,7 +19,6 @@ from comlrl.core.advantages import group_advantages, normalize_groups
 from comlrl.models.entities import agent_count, load_agents, plan_agents
 from comlrl.models.loading import check_model_config
 from comlrl.rollout.formatters import build_formatters
-from comlrl.rollout.generation import SamplingParams
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
@@ -72,7 +71,7 @@ class MAGRPOTrainer(TrainerBase):
         plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
         self.formatters = build_formatters(formatters, count, pass_none_external_prompts=False)
         self.reward = RewardFunction(reward_func, count, reward_processor)
-        self._check_transition(args, external_transition)
+        self._check_transition(args, external_transition, "MAGRPO")
         for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
             if value is not None and not callable(value):
                 raise ValueError(f"{name} must be callable, got {type(value).__name__}.")
@@ -105,16 +104,6 @@ class MAGRPOTrainer(TrainerBase):
         self.rollout_buffers: List[List[GroupSample]] = [[] for _ in range(count)]
         self._init_services(wandb_config, self._wandb_run_config())
 
-    @staticmethod
-    def _check_transition(args: MAGRPOConfig, transition: Any) -> None:
-        if transition is not None and not callable(transition):
-            raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
-        if args.num_turns > 1 and transition is None:
-            raise ValueError(
-                f"Multi-turn MAGRPO requires an external_transition (num_turns={args.num_turns}): give a function "
-                f"that returns the next turn's prompts, or set num_turns=1."
-            )
-
     def _wandb_run_config(self) -> Dict[str, Any]:
         a = self.args
         return {
@@ -133,40 +122,16 @@ class MAGRPOTrainer(TrainerBase):
         buffers = AttributeState(self, "rollout_buffers")
         components.add_state("rollout_buffers", buffers, records=(GroupSample,), check=per_agent_lists(self.num_agents, "rollout_buffers"))
         components.add_state("reward_per_response", AttributeState(self.reward, "per_response"))
-        callbacks = {
-            "reward_func": self.reward_func, "reward_processor": self.reward_processor,
-            "external_transition": self.external_transition, "eval_logger": self.eval_logger,
-            "eval_aggregator": self.eval_aggregator,
-        }
-        callbacks.update({f"formatters.{i}": formatter.original for i, formatter in enumerate(self.formatters)})
+        callbacks = {**self._user_callbacks(), "eval_logger": self.eval_logger, "eval_aggregator": self.eval_aggregator}
         return components.add_callbacks(callbacks)
 
     # ------------------------------------------------------------------ rollout
-    def _sampling(self, *, greedy: bool = False) -> SamplingParams:
-        a = self.args
-        return SamplingParams(a.max_new_tokens, a.temperature, a.top_p, a.top_k, do_sample=not greedy, extra=dict(self._generation_kwargs))
-
     def _tree(self, *, num_generations: int, greedy: bool = False, training: bool = True) -> TreeRollout:
         a = self.args
-        scorer = None
-        if training and (a.reference_kl_enabled or a.buffers_per_generation > 1):
-            def scorer(agent: int, completions: Any) -> Dict[str, Any]:
-                return self.policies[agent].rollout_extras(
-                    completions, a.temperature, old_logprobs=a.buffers_per_generation > 1, reference_kl=a.reference_kl_enabled
-                )
-        return TreeRollout(
-            generators=[p.generator for p in self.policies],
-            formatters=self.formatters,
-            reward=self.reward,
-            num_generations=num_generations,
-            num_turns=a.num_turns,
-            joint_mode=a.joint_mode,
-            discount=a.discount,
-            sampling=self._sampling(greedy=greedy),
+        return self._rollout_tree(
+            reward=self.reward, num_generations=num_generations, joint_mode=a.joint_mode, greedy=greedy,
             early_termination_threshold=a.early_termination_threshold if training else None,
-            external_transition=self.external_transition,
-            external_prompt_passthrough=a.external_prompt_passthrough,
-            row_scorer=scorer,
+            old_logprobs=training and a.buffers_per_generation > 1, reference_kl=training and a.reference_kl_enabled,
         )
 
     def _nodes_per_tree(self) -> int:
@@ -259,10 +224,7 @@ class MAGRPOTrainer(TrainerBase):
         Returns ``eval/turn_k/reward_mean`` and ``eval/turn_k/expected_return`` (plus the keys of
         ``eval_aggregator``); an empty dict without an eval dataset or with 0 samples.
         """
-        if self.eval_dataset is None:
-            return {}
-        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
-        items = self._eval_items(count) if count > 0 else []
+        items = self._evaluation_items(num_eval_samples)
         if not items:
             return {}
         tree = self._tree(num_generations=1, greedy=True, training=False)
