@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Tuple
 
 import torch
@@ -100,32 +101,37 @@ def file_record(path: str) -> Dict[str, Any]:
     return {"size": os.path.getsize(path), "sha256": digest.hexdigest()}
 
 
-def record_files(root: str, skip: Tuple[str, ...] = ()) -> Dict[str, Dict[str, Any]]:
-    """``{relative path: {size, sha256}}`` of every file under ``root`` except ``skip``."""
-    records = {}
-    for directory, _, files in os.walk(root):
-        for name in sorted(files):
-            path = os.path.join(directory, name)
-            relative = os.path.relpath(path, root).replace(os.sep, "/")
-            if relative not in skip:
-                records[relative] = file_record(path)
-    return records
+def _hash_all(paths: List[str]) -> List[Dict[str, Any]]:
+    """``file_record`` of every path, several files at once (hashlib releases the GIL)."""
+    workers = max(1, min(len(paths), os.cpu_count() or 1, 8))
+    if workers == 1:
+        return [file_record(path) for path in paths]
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(file_record, paths))
+
+
+def record_files(root: str) -> Dict[str, Dict[str, Any]]:
+    """``{relative path: {size, sha256}}`` of every file under ``root``."""
+    paths = sorted(os.path.join(directory, name) for directory, _, files in os.walk(root) for name in files)
+    relative = [os.path.relpath(path, root).replace(os.sep, "/") for path in paths]
+    return dict(zip(relative, _hash_all(paths)))
 
 
 def verify_files(root: str, records: Mapping[str, Mapping[str, Any]]) -> None:
     """Raise ``CheckpointCorruptError`` naming the first missing, truncated or altered file."""
-    for relative, expected in sorted(records.items()):
-        path = os.path.join(root, *relative.split("/"))
+    paths = {relative: os.path.join(root, *relative.split("/")) for relative in sorted(records)}
+    for relative, path in paths.items():
+        expected = records[relative]["size"]
         if not os.path.isfile(path):
             raise CheckpointCorruptError(f"Checkpoint file {path} is missing; the checkpoint at {root} is incomplete.")
         size = os.path.getsize(path)
-        if size != expected["size"]:
-            kind = "truncated" if size < expected["size"] else "corrupted (larger than written)"
+        if size != expected:
+            kind = "truncated" if size < expected else "corrupted (larger than written)"
             raise CheckpointCorruptError(
-                f"Checkpoint file {path} is {kind}: {size} bytes on disk, {expected['size']} written. "
-                f"Resume from an earlier checkpoint."
+                f"Checkpoint file {path} is {kind}: {size} bytes on disk, {expected} written. Resume from an earlier checkpoint."
             )
-        if file_record(path)["sha256"] != expected["sha256"]:
+    for (relative, path), actual in zip(paths.items(), _hash_all(list(paths.values()))):
+        if actual["sha256"] != records[relative]["sha256"]:
             raise CheckpointCorruptError(
                 f"Checkpoint file {path} is corrupted: its SHA-256 differs from the one recorded when it was "
                 f"written. Resume from an earlier checkpoint."
