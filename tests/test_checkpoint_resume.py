@@ -38,6 +38,32 @@ def test_checkpoints_do_not_change_the_run(tiny_paths, dataset, straight, tmp_pa
     assert any(row for row in straight["log"] if "eval/turn_1/reward_mean" in row)  # eval rows are compared too
 
 
+class NoisyStateReward:
+    """A reward whose state_dict draws from every RNG: saving must still leave the run unchanged."""
+
+    def __call__(self, c1, c2):
+        return [min(len(b) / max(len(a), 1), 3.0) for a, b in zip(c1, c2)]
+
+    def state_dict(self):
+        import numpy as np
+
+        return {"noise": (random.random(), float(np.random.rand()), float(torch.rand(1)))}
+
+    def load_state_dict(self, state):
+        pass
+
+
+def test_saving_never_perturbs_the_random_streams(tiny_paths, dataset, tmp_path):
+    seed_everything(0)
+    plain = make_magrpo(tiny_paths, dataset, reward=NoisyStateReward(), num_train_epochs=1)
+    plain.train()
+    seed_everything(0)
+    saving = make_magrpo(tiny_paths, dataset, reward=NoisyStateReward(), num_train_epochs=1)
+    saving.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
+    assert len(os.listdir(tmp_path)) == 5
+    assert_same_run(run_summary(plain), run_summary(saving))
+
+
 @pytest.mark.parametrize("crash_at", [7, 23])  # in steps 2 and 6 (3 reward calls per step, 2 per evaluation)
 def test_crash_mid_epoch_then_resume_is_bit_identical(tiny_paths, dataset, straight, tmp_path, crash_at):
     """The reward raises in step k; a new trainer resumes the latest step checkpoint and finishes."""
