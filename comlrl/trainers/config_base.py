@@ -178,3 +178,66 @@ class CommonTrainingFields(ConfigBase):
             raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")
         if self.tensorboard and not self.output_dir:
             raise ValueError("tensorboard=True writes under output_dir; set output_dir as well.")
+
+
+# Fields of every RL config that may differ between a checkpoint and the run that resumes it.
+RESUMABLE_RUN_FIELDS = frozenset(
+    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir", "verbose"}
+)
+
+
+@dataclass
+class RolloutFields(CommonTrainingFields):
+    """CoMLRL 1.4.3 fields with the same meaning and default in every RL config (sampling, episodes,
+    evaluation, reference KL); ``_validate_rollout`` checks them."""
+
+    num_agents: int = 2
+    """Number of agents. When ``agents`` is given to the trainer and this field is left at its
+    default, it follows ``len(agents)``; set explicitly, it must agree."""
+    parallel_training: Optional[str] = "none"
+    """"none" or "mp" (one device per model, from the ``*_devices`` fields)."""
+    agent_devices: Any = None
+    """Device spec: None/"auto" (cuda:i when there are enough GPUs, else cuda:0, else cpu), one device
+    string for all agents, or a list with one device per agent."""
+    # --- sampling
+    max_new_tokens: int = 256
+    temperature: float = 0.6
+    """Sampling temperature; log-probs are scored under the same tempered distribution."""
+    top_p: float = 0.6
+    top_k: Optional[int] = None
+    """Top-k filter at sampling time; None or 0 disables it."""
+    # --- episodes
+    num_turns: int = 2
+    """Turns per episode; more than one needs an ``external_transition``."""
+    discount: float = 1.0
+    """Gamma: weight of the next turn's return (MAGRPO tree returns, IAC/MAAC TD targets)."""
+    early_termination_threshold: Optional[float] = -0.2
+    """An episode (in MAGRPO: a tree branch) stops after a turn whose mean reward is above this value
+    (None: never early)."""
+    external_prompt_passthrough: bool = False
+    """Use the prompts returned by ``external_transition`` verbatim instead of passing them through
+    the formatters."""
+    # --- evaluation
+    eval_interval: int = 16
+    """Evaluate before every ``eval_interval``-th training item of an epoch (0: only when called)."""
+    eval_num_samples: int = 4
+    """Evaluation items per evaluation (0 evaluates nothing)."""
+    eval_batch_size: int = 1
+    """Evaluation items generated together per agent."""
+    # --- reference KL
+    reference_kl_enabled: bool = False
+    """Penalise ``reference_kl_coef * KL(agent || frozen initial agent)`` in every reward/return."""
+    reference_kl_coef: float = 0.1
+    reference_devices: Any = None
+    """Devices of the frozen references (default: the agents' devices)."""
+
+    def _validate_rollout(self) -> None:
+        require_int_at_least(self, "max_new_tokens", 1)
+        require_in_range(self, "temperature", 0.0, float("inf"), low_open=True)
+        require_in_range(self, "top_p", 0.0, 1.0, low_open=True)
+        if self.top_k is not None:
+            require_int_at_least(self, "top_k", 0)
+        require_in_range(self, "discount", 0.0, 1.0)
+        threshold = self.early_termination_threshold
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+            raise ValueError(f"early_termination_threshold must be a number or None. Got {threshold!r}.")

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, FrozenSet, Optional
 
 from comlrl.trainers.config_base import (
-    CommonTrainingFields,
+    RESUMABLE_RUN_FIELDS,
+    RolloutFields,
     normalize_parallel_training,
     require_at_least,
     require_choice,
-    require_in_range,
     require_int_at_least,
     require_optional_positive,
     validate_reference_kl,
@@ -19,22 +19,11 @@ from comlrl.trainers.config_base import (
 CRITIC_TYPES = ("v", "q")
 
 # Fields that may differ between a checkpoint and the run that resumes it.
-RESUMABLE_FIELDS = frozenset(
-    {
-        "num_train_epochs",
-        "agent_devices",
-        "critic_devices",
-        "reference_devices",
-        "parallel_training",
-        "logging_steps",
-        "output_dir",
-        "verbose",
-    }
-)
+RESUMABLE_FIELDS = RESUMABLE_RUN_FIELDS | {"critic_devices"}
 
 
 @dataclass
-class ActorCriticFields(CommonTrainingFields):
+class ActorCriticFields(RolloutFields):
     """Fields IAC and MAAC share (see ``IACConfig`` and ``MAACConfig``)."""
 
     resumable_fields: ClassVar[FrozenSet[str]] = RESUMABLE_FIELDS
@@ -48,35 +37,12 @@ class ActorCriticFields(CommonTrainingFields):
     """AdamW learning rate of the critics (None: ``agent_learning_rate``)."""
     logging_steps: int = 1
     """Minimum env_step gap between two logged training rows."""
-    num_agents: int = 2
-    """Number of actors. With ``agents=[...]`` and this field left at its default it follows
-    ``len(agents)``; set explicitly, it must agree."""
-    # --- devices
-    parallel_training: Optional[str] = "none"
-    """"none" or "mp" (one device per model, given by ``agent_devices`` / ``critic_devices``)."""
-    agent_devices: Any = None
-    """Device spec of the actors: None/"auto", one device string, or one per actor."""
     critic_devices: Any = None
     """Device spec of the critics (default: the actors' devices; MAAC: the first actor's)."""
-    # --- sampling
     num_generations: int = 1
     """Completions each actor samples per prompt; must be 1 when ``num_turns > 1`` (an episode
     then follows one sampled joint response per turn)."""
-    max_new_tokens: int = 256
-    temperature: float = 0.6
-    """Sampling temperature; log-probs are scored under the same tempered distribution."""
-    top_p: float = 0.6
-    top_k: Optional[int] = None
-    """Top-k filter at sampling time; None or 0 disables it."""
-    # --- episodes
-    num_turns: int = 2
-    """Turns per episode; more than one needs an ``external_transition``."""
-    discount: float = 1.0
-    """Gamma of the one-step TD targets ``r_t + gamma * V(h_{t+1})``."""
-    early_termination_threshold: Optional[float] = -0.2
-    """An episode ends after a turn whose mean reward is above this value (None: never early)."""
-    external_prompt_passthrough: bool = False
-    """Use the prompts returned by ``external_transition`` verbatim instead of formatting them."""
+    # (plus the RolloutFields: devices, sampling, turns, early termination, evaluation, reference KL)
     # --- critic
     critic_type: str = "v"
     """"v": the critic estimates V(h) from the prompt (history); "q": Q(h, a) from prompt and
@@ -86,13 +52,6 @@ class ActorCriticFields(CommonTrainingFields):
     critic_value_head_hidden_dim: Optional[int] = None
     """Hidden width of the critics' value heads (None or 0: one linear layer). MAAC also reads
     ``model_config["critic_value_head_hidden_dim"]`` as CoMLRL 1.4.3 did."""
-    # --- evaluation
-    eval_interval: int = 16
-    """Evaluate before every ``eval_interval``-th training item of an epoch (0: only when called)."""
-    eval_num_samples: int = 4
-    """Evaluation items per evaluation (0 evaluates nothing)."""
-    eval_batch_size: int = 1
-    """Evaluation items generated together per actor."""
     # --- updates
     rollout_buffer_size: int = 8
     """Samples (one per actor, generation and turn) collected per actor before an update."""
@@ -100,12 +59,6 @@ class ActorCriticFields(CommonTrainingFields):
     """Samples per optimizer step (None: ``rollout_buffer_size``)."""
     advantage_normalization: bool = True
     """Standardise the TD-error advantages of each (actor, turn) group of an update."""
-    # --- reference KL
-    reference_kl_enabled: bool = False
-    """Penalise ``reference_kl_coef * KL(actor || frozen initial actor)`` in each reward."""
-    reference_kl_coef: float = 0.1
-    reference_devices: Any = None
-    """Devices of the frozen references (default: the actors' devices)."""
     # --- beyond CoMLRL 1.4.3
     update_epochs: int = 1
     """Passes over each drained buffer. Above 1 the buffer is reused by a changing policy, so the
@@ -144,13 +97,8 @@ class ActorCriticFields(CommonTrainingFields):
 
     def _validate_extensions(self) -> None:
         self._validate_common()
+        self._validate_rollout()
         require_int_at_least(self, "num_train_epochs", 1)
-        require_int_at_least(self, "max_new_tokens", 1)
-        require_in_range(self, "temperature", 0.0, float("inf"), low_open=True)
-        require_in_range(self, "top_p", 0.0, 1.0, low_open=True)
-        if self.top_k is not None:
-            require_int_at_least(self, "top_k", 0)
-        require_in_range(self, "discount", 0.0, 1.0)
         require_at_least(self, "agent_learning_rate", 0.0)
         require_at_least(self, "critic_learning_rate", 0.0)
         require_at_least(self, "value_loss_coef", 0.0)
@@ -160,12 +108,6 @@ class ActorCriticFields(CommonTrainingFields):
         require_optional_positive(self, "importance_clip_range")
         if not isinstance(self.advantage_normalization, bool):
             raise ValueError(f"advantage_normalization must be True or False. Got {self.advantage_normalization!r}.")
-        if self.early_termination_threshold is not None and (
-            isinstance(self.early_termination_threshold, bool) or not isinstance(self.early_termination_threshold, (int, float))
-        ):
-            raise ValueError(
-                f"early_termination_threshold must be a number or None. Got {self.early_termination_threshold!r}."
-            )
 
 
 @dataclass
