@@ -222,3 +222,50 @@ def test_evaluate_runs_no_critic_and_averages_the_callback(tiny_paths, prompts_d
     assert critic.nograd == [] and critic.grad == []
     assert trainer.evaluate(num_eval_samples=0) == {}
     assert trainer.log_history[-1] == {"env_step": 0, **metrics}
+
+
+def captured_gradients(optimizer, run):
+    """Run one update and return the gradients its optimizer step saw (the step itself is skipped)."""
+    grads = {}
+
+    def step(label):
+        for index, p in enumerate(optimizer.params):
+            grads[index] = None if p.grad is None else p.grad.clone()
+        optimizer.zero_grad()
+        return 0.0
+
+    optimizer.step = step
+    run()
+    return grads
+
+
+def test_micro_batches_give_the_gradients_of_the_whole_minibatch(tiny_paths, prompts_dataset):
+    trainer = IACTrainer(agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=length_ratio,
+                         args=IACConfig(**BASE, optimizer_in_backward=False))
+    shared = IACTrainer(agent_model=tiny_paths["llama"], reward_func=length_ratio,
+                        args=IACConfig(**BASE, optimizer_in_backward=False, use_separate_critic=False, critic_type="q"))
+    for t in (trainer, shared):
+        samples = t._collect(t._tree(num_generations=3).run([prompts_dataset[0], prompts_dataset[1]]), 3, training=True)
+        agent0 = [s for item in samples for s in item if s.agent_idx == 0]
+        for s in agent0:
+            s.normalized_advantage = s.advantage
+        results = []
+        for micro in (None, 2):
+            t.args.update_micro_batch_size = micro
+            if t is trainer:  # the separate critic: 6 samples over 2 distinct prompts
+                run = lambda: critic_step_of(t, agent0)  # noqa: E731
+                results.append(captured_gradients(t._critic_optimizers[0], run))
+            else:  # policy + value head of the same forward
+                results.append(captured_gradients(t.policies[0].optimizer, lambda: t._actor_step(0, agent0)))
+        whole, micro = results
+        assert whole.keys() == micro.keys() and any(g is not None for g in whole.values())
+        for key in whole:
+            if whole[key] is not None:
+                torch.testing.assert_close(micro[key], whole[key], atol=1e-5, rtol=1e-4)
+
+
+def critic_step_of(trainer, samples):
+    from comlrl.trainers.actor_critic.updates import critic_step
+
+    return critic_step(trainer.critics[0], trainer._critic_optimizers[0], samples, pad_id=trainer._critic_pad_ids[0],
+                       coef=0.6, clip_range=0.2, micro_batch_size=trainer.args.update_micro_batch_size, label="test")

@@ -178,12 +178,16 @@ def backward_policy_rows(
         totals["tokens"] += tokens
         for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
             totals[key] += float(value) * tokens
+    return {**_policy_metrics(totals, rows), **extra_totals}
+
+
+def _policy_metrics(totals: Dict[str, float], rows: PolicyRows) -> Dict[str, float]:
+    """Loss sum, per-token means (entropy, and the ratio diagnostics of off-policy rows), mean length."""
     tokens = max(totals["tokens"], 1.0)
     metrics = {
         "loss": totals["loss"],
         "entropy": totals["entropy"] / tokens,
         "completion_length": totals["tokens"] / max(len(rows), 1),
-        **extra_totals,
     }
     if any(o is not None for o in rows.old_logprobs):
         metrics.update(ratio=totals["ratio"] / tokens, clip_fraction=totals["clip_fraction"] / tokens, approx_kl=totals["approx_kl"] / tokens)
