@@ -194,6 +194,10 @@ def test_unsupported_version_and_foreign_folders(tiny_paths, dataset, saved, tmp
     with pytest.raises(CheckpointError, match="not a comlrl checkpoint: it has no manifest.json"):
         read_checkpoint_metadata(str(tmp_path / "empty"))
     manifest["version"] = 2
+    manifest["models"]["agents.0"]["folder"] = "../../elsewhere"
+    json.dump(manifest, open(manifest_path, "w"))
+    with pytest.raises(CheckpointError, match="names a path outside the checkpoint: '../../elsewhere'"):
+        make_magrpo(tiny_paths, dataset).load_checkpoint(path)
     del manifest["states"]
     json.dump(manifest, open(manifest_path, "w"))
     assert read_checkpoint_metadata(path)["sequence"] == manifest["sequence"]  # the identity is still readable

@@ -170,15 +170,25 @@ def optimizer_differences(saved: Mapping[str, Any], optimizer: Any) -> List[str]
     return diffs[:5]
 
 
+def inside(folder: str, relative: str) -> str:
+    """``folder/relative``, refusing paths a manifest could use to leave the checkpoint."""
+    path = os.path.normpath(os.path.join(folder, relative))
+    if os.path.isabs(relative) or os.path.commonpath([os.path.abspath(path), os.path.abspath(folder)]) != os.path.abspath(folder):
+        raise CheckpointError(f"The checkpoint manifest in {folder} names a path outside the checkpoint: {relative!r}.")
+    return path
+
+
 def validate_components(plan: LoadPlan) -> None:
     """Check models, optimizers, schedulers, runtime states and RNG of ``plan`` (reads the files)."""
     manifest, folder, components = plan.manifest, plan.folder, plan.components
     for kind in ("models", "optimizers", "schedulers"):
         _names_must_match(kind, getattr(components, kind), manifest[kind])
     _names_must_match("runtime states", components.states, manifest["states"])
+    for relative in manifest["files"]:
+        inside(folder, relative)
     verify_files(folder, manifest["files"])
     for name, module in components.models.items():
-        model_folder = os.path.join(folder, manifest["models"][name]["folder"])
+        model_folder = inside(folder, manifest["models"][name]["folder"])
         index = read_json(os.path.join(model_folder, MODEL_INDEX_FILENAME), "Model index")
         diffs = module_differences(index, module)
         if diffs:
@@ -187,7 +197,7 @@ def validate_components(plan: LoadPlan) -> None:
         plan.model_indexes[name] = index
     for kind, table, out in (("optimizer", components.optimizers, plan.optimizers), ("scheduler", components.schedulers, plan.schedulers)):
         for name, obj in table.items():
-            state = load_torch(os.path.join(folder, manifest[f"{kind}s"][name]["file"]), f"{kind.capitalize()} state")
+            state = load_torch(inside(folder, manifest[f"{kind}s"][name]["file"]), f"{kind.capitalize()} state")
             diffs = optimizer_differences(state, obj) if kind == "optimizer" else []
             if diffs:
                 raise CheckpointError(f"Optimizer {name!r} differs from the checkpoint's: " + "; ".join(diffs) + ".")
@@ -208,7 +218,7 @@ def apply_components(plan: LoadPlan) -> None:
     """Restore every component of a validated plan (RNG excluded: the caller restores it last)."""
     components = plan.components
     for name, module in components.models.items():
-        load_module(os.path.join(plan.folder, plan.manifest["models"][name]["folder"]), plan.model_indexes[name], module)
+        load_module(inside(plan.folder, plan.manifest["models"][name]["folder"]), plan.model_indexes[name], module)
     for name, obj in components.optimizers.items():
         obj.load_state_dict(plan.optimizers[name])
     for name, obj in components.schedulers.items():

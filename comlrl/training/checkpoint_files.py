@@ -72,8 +72,6 @@ def read_json(path: str, what: str) -> Any:
     try:
         with open(path, "r", encoding="utf-8") as handle:
             return json.load(handle)
-    except FileNotFoundError:
-        raise
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointCorruptError(f"{what} {path} is truncated or corrupted (not valid JSON: {exc}).") from exc
 

@@ -51,7 +51,7 @@ def encode_value(value: Any, records: Sequence[Type[Any]] = (), where: str = "st
         return tuple(items) if isinstance(value, tuple) else items
     if isinstance(value, Mapping):
         for key in value:
-            if not isinstance(key, (str, int, float, bool)) and key is not None:
+            if key is not None and type(key) not in (str, int, float, bool):
                 raise TypeError(f"{where}: dict key {key!r} of type {type(key).__name__} cannot be checkpointed.")
         items = {k: encode_value(v, records, f"{where}[{k!r}]") for k, v in value.items()}
         return {_KIND: "dict", "items": list(items.items())} if _KIND in items else items
@@ -102,19 +102,21 @@ def capture_rng_state() -> Dict[str, Any]:
         "numpy": encode_value(np.random.get_state()),
         "torch": torch.get_rng_state(),
         "cuda": [t.clone() for t in torch.cuda.get_rng_state_all()] if torch.cuda.is_initialized() else None,
-        "mps": None,
+        "mps": torch.mps.get_rng_state() if torch.backends.mps.is_available() else None,
     }
-    mps = getattr(torch, "mps", None)
-    if mps is not None and torch.backends.mps.is_available():
-        state["mps"] = mps.get_rng_state()
     return state
 
 
 def check_rng_state(state: Any) -> None:
+    """Raise ``CheckpointError`` unless every stream would restore (tried on throwaway generators)."""
     if not isinstance(state, dict) or not {"python", "numpy", "torch"} <= set(state):
         raise CheckpointError("The checkpoint's RNG state is incomplete (python, numpy and torch streams expected).")
-    if not isinstance(state["torch"], torch.Tensor) or state["torch"].dtype != torch.uint8:
-        raise CheckpointError("The checkpoint's torch RNG state is not a byte tensor.")
+    try:
+        random.Random().setstate(state["python"])
+        np.random.RandomState().set_state(decode_value(state["numpy"]))
+        torch.Generator().set_state(state["torch"])
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"The checkpoint's RNG state cannot be restored: {exc}") from exc
 
 
 def restore_rng_state(state: Mapping[str, Any]) -> None:
