@@ -74,17 +74,17 @@ def run_summary(trainer) -> dict:
     }
 
 
-def _assert_equal(a, b, where: str) -> None:
+def assert_equal(a, b, where: str) -> None:
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b), where
     elif isinstance(a, dict):
         assert isinstance(b, dict) and set(a) == set(b), f"{where}: keys {sorted(a)} vs {sorted(b)}"
         for key in a:
-            _assert_equal(a[key], b[key], f"{where}[{key!r}]")
+            assert_equal(a[key], b[key], f"{where}[{key!r}]")
     elif isinstance(a, (list, tuple)):
         assert isinstance(b, (list, tuple)) and len(a) == len(b), f"{where}: lengths {len(a)} vs {len(b)}"
         for index, (x, y) in enumerate(zip(a, b)):
-            _assert_equal(x, y, f"{where}[{index}]")
+            assert_equal(x, y, f"{where}[{index}]")
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
@@ -92,4 +92,4 @@ def _assert_equal(a, b, where: str) -> None:
 def assert_same_run(expected: dict, actual: dict, *, rng: bool = True) -> None:
     for key in expected:
         if key != "rng" or rng:
-            _assert_equal(expected[key], actual[key], key)
+            assert_equal(expected[key], actual[key], key)
