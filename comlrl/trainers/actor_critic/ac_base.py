@@ -86,8 +86,7 @@ class ActorCriticTrainerBase(TrainerBase):
         critics: Optional[List[Any]] = None,
     ):
         args = self._resolve_args(args)
-        self._check_arguments(args, agent_model, agents, tokenizer, reward_func, external_transition, metrics_callback)
-        self._check_critic_arguments(args, critic_model, critics)
+        self._check_arguments(args, agent_model, agents, tokenizer, reward_func, external_transition, metrics_callback, (critic_model, critics))
         count = agent_count(agent_model, agents, None, args)
         args.num_agents = count
         plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
@@ -112,12 +111,14 @@ class ActorCriticTrainerBase(TrainerBase):
         self._init_services(wandb_config, self._wandb_run_config())
 
     # ------------------------------------------------------------------ validation (before loading)
-    def _check_arguments(self, args, agent_model, agents, tokenizer, reward_func, transition, metrics_callback) -> None:
+    def _check_arguments(self, args, agent_model, agents, tokenizer, reward_func, transition, metrics_callback, critic_args) -> None:
+        """The CoMLRL 1.4.3 checks, in its order (the critic's presence is checked by ``_plan_critics``)."""
         name = self.algorithm_name
         if reward_func is None or not callable(reward_func):
             raise ValueError(f"reward_func must be a callable that scores joint responses, got {reward_func!r}.")
         if agent_model is None and agents is None:
             raise ValueError("Either agent_model or agents must be provided (a model id, a directory, or a list of them).")
+        self._check_critic_arguments(args, *critic_args)
         if agents is None and isinstance(agent_model, nn.Module) and args.num_agents > 1:
             raise ValueError(
                 f"Multi-agent IAC/MAAC requires `agent_model` to be a pretrained identifier string: {args.num_agents} "
