@@ -145,3 +145,30 @@ def test_wrapped_actor_objects_are_used_as_given(tiny_paths, toks):
     actors = [CausalLMWithValueHead(AutoModelForCausalLM.from_pretrained(tiny_paths["llama"]), attach_value_head=False) for _ in range(2)]
     trainer = IACTrainer(agents=actors, tokenizer=toks["llama"], reward_func=length_ratio, args=iac(use_separate_critic=False))
     assert trainer.agents[0] is actors[0] and actors[0].value_head is not None  # a head was attached for shared mode
+
+
+def test_wandb_run_config_of_the_actor_critic_trainers(tiny_paths, monkeypatch):
+    wandb = pytest.importorskip("wandb", reason="wandb is an optional dependency")
+    runs = []
+
+    class Run:
+        id, project, entity = "run-1", "p", None
+
+        def __init__(self, **kwargs):
+            self.kwargs, self.rows = kwargs, []
+            runs.append(self)
+
+        def log(self, row, step):
+            self.rows.append((step, row))
+
+    monkeypatch.setattr(wandb, "run", None)
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Run(**kwargs))
+    trainer = IACTrainer(agent_model=tiny_paths["llama"], reward_func=length_ratio, args=iac(use_separate_critic=False),
+                         wandb_config={"project": "p", "config_sections": {"output": {"verbose": False}}})
+    assert trainer.wandb_initialized and not trainer.verbose
+    config = runs[0].kwargs["config"]
+    assert config["algorithm"] == "IAC" and config["num_agents"] == 2 and config["use_separate_critic"] is False
+    assert {"critic_type", "value_loss_coef", "reference_kl_enabled", "critic_learning_rate"} <= set(config)
+    MAACTrainer(agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=length_ratio, args=maac(),
+                wandb_config={"project": "p"})
+    assert runs[1].kwargs["config"]["algorithm"] == "MAAC" and "num_generations" in runs[1].kwargs["config"]

@@ -98,10 +98,11 @@ def test_maac_heterogeneous_actors_and_central_critic(tiny_paths, toks, prompts_
     assert {"critic/value_loss", "agent_1/policy_loss", "turn_1/reward_mean"} <= set(row)
 
 
-def test_iac_separate_critics_from_a_list(tiny_paths, toks, prompts_dataset):
+@pytest.mark.parametrize("critic_type, rows", [("v", 2), ("q", 6)])  # V once per prompt, Q once per completion
+def test_iac_separate_critics_from_a_list(tiny_paths, toks, prompts_dataset, critic_type, rows):
     trainer = IACTrainer(
         agents=[tiny_paths["llama"], tiny_paths["gpt2"]], tokenizer=toks, critics=[tiny_paths["llama"], tiny_paths["gpt2"]],
-        reward_func=length_ratio, args=IACConfig(**BASE), train_dataset=prompts_dataset,
+        reward_func=length_ratio, args=IACConfig(**BASE, critic_type=critic_type), train_dataset=prompts_dataset,
     )
     critics = [Calls(c.model.base_model) for c in trainer.critics]
     steps = [count_steps(o) for o in trainer._critic_optimizers]
@@ -109,7 +110,7 @@ def test_iac_separate_critics_from_a_list(tiny_paths, toks, prompts_dataset):
     trainer.train()
     assert_all_changed(trainer, before)
     for calls, step in zip(critics, steps):
-        assert calls.nograd == [2, 2] and calls.grad == [2, 2] and len(step) == 2  # V once per prompt
+        assert calls.nograd == [rows, rows] and calls.grad == [rows, rows] and len(step) == 2
     assert {"critic_0/value_loss", "critic_1/grad_norm"} <= set(trainer.log_history[-1])
 
 
