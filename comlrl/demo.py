@@ -57,7 +57,7 @@ def make_formatters(tokenizers: Sequence[Any]) -> List[Callable[[Dict[str, Any]]
     def formatter(style: str, tokenizer: Any) -> Callable[[Dict[str, Any]], str]:
         def format_prompt(item: Dict[str, Any]) -> str:
             text = f"Give a {style} answer.\n{item['prompt']}"
-            if getattr(tokenizer, "chat_template", None):
+            if tokenizer.chat_template:
                 return tokenizer.apply_chat_template(
                     [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
                 )
