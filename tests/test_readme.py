@@ -70,11 +70,17 @@ def test_set_up_commands_match_the_project():
     assert "torch==2.13.0" in ci_text
 
 
-@pytest.mark.parametrize("name", ["MAGRPO", "MAREINFORCE", "MARLOO", "MAReMax"])
-def test_documented_imports_exist(name):
-    import comlrl.trainers.reinforce as reinforce
+@pytest.mark.parametrize(
+    "module, name",
+    [("comlrl.trainers.reinforce", n) for n in ("MAGRPO", "MAREINFORCE", "MARLOO", "MAReMax")]
+    + [("comlrl.trainers.actor_critic", n) for n in ("IAC", "MAAC")],
+)
+def test_documented_imports_exist(module, name):
+    import importlib
+
     from comlrl.utils.reward_processor import RewardProcessors
 
-    assert callable(getattr(reinforce, f"{name}Config")) and callable(getattr(reinforce, f"{name}Trainer"))
-    assert f"{name}Config, {name}Trainer" in section("API")
+    package = importlib.import_module(module)
+    assert callable(getattr(package, f"{name}Config")) and callable(getattr(package, f"{name}Trainer"))
+    assert f"`from {module} import {name}Config, {name}Trainer`" in section("API")
     assert callable(RewardProcessors.scale)
