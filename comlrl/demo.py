@@ -97,6 +97,8 @@ class DemoSettings:
         """Every check that needs no model, with the flag, the value and the fix."""
         if self.model is not None and self.agent_models:
             raise ValueError("give either --model (both agents) or --agent-model twice (one per agent), not both.")
+        if self.wheel is not None and (self.model is not None or self.agent_models):
+            raise ValueError("--wheel builds the default model; it cannot be combined with --model or --agent-model.")
         if self.agent_models and len(self.agent_models) != 2:
             raise ValueError(
                 f"--agent-model was given {len(self.agent_models)} time(s) ({self.agent_models}); the demo has two "

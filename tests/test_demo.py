@@ -68,7 +68,7 @@ def test_demo_heterogeneous_tiny_with_progress_bar(tiny_paths, tmp_path, capsys)
     argv = ["demo", "--agent-model", tiny_paths["llama"], "--agent-model", tiny_paths["gpt2"], "--output-dir", out]
     assert main(argv + SMALL) == 0
     check_run(out, [tiny_paths["llama"], tiny_paths["gpt2"]])
-    assert "MAGRPO epoch 2/2" in capsys.readouterr().err
+    assert "epoch 2/2" in capsys.readouterr().err  # the progress bar
 
 
 def test_prompts_file_and_overwrite(tiny_paths, tmp_path, capsys):
@@ -99,6 +99,7 @@ def test_prompts_file_and_overwrite(tiny_paths, tmp_path, capsys):
         (["--model", "m", "--epochs", "0"], "--epochs must be >= 1"),
         (["--model", "m", "--num-generations", "1"], "--num-generations must be >= 2"),
         (["--model", "m", "--lr", "-1"], "--lr must be a positive number"),
+        (["--model", "m", "--wheel", "w.whl"], "--wheel builds the default model"),
     ],
 )
 def test_bad_flags_fail_before_loading(tmp_path, capsys, extra, message):
