@@ -283,7 +283,9 @@ class TrainerBase(TrainingCheckpointMixin):
             )
 
     def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
-        """Continue the checkpoint's W&B run unless ``wandb_config`` names a run (id or resume)."""
+        """Drop log rows of the abandoned continuation; continue the checkpoint's W&B run unless
+        ``wandb_config`` names a run (id or resume)."""
+        self.metrics.rewind(self.log_history, self.env_step)
         identity = manifest.get("wandb")
         config = self.wandb_config
         if not identity or config is None or "id" in config or "resume" in config:

@@ -53,6 +53,35 @@ class JsonlSink:
         if not self._file.closed:
             self._file.close()
 
+    def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
+        """Cut the file after the row that matches the last row of ``history`` (the log of the checkpoint
+        a run resumes from): later rows belong to the abandoned continuation. Rewritten atomically; a
+        file that does not contain that row is left as it is."""
+        if not history:
+            return
+        self._file.close()
+        with open(self.path, encoding="utf-8") as handle:
+            lines = handle.readlines()
+        last = history[-1]
+        cut = None
+        for index in range(len(lines) - 1, -1, -1):
+            try:
+                row = json.loads(lines[index])
+            except ValueError:
+                continue
+            row.pop("time", None)
+            if row == last:
+                cut = index + 1
+                break
+        if cut is not None and cut < len(lines):
+            staging = f"{self.path}.rewind"
+            with open(staging, "w", encoding="utf-8") as handle:
+                handle.writelines(lines[:cut])
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(staging, self.path)
+        self._file = open(self.path, "a", encoding="utf-8")
+
 
 class MetricsLogger:
     """Gated, averaging metrics front-end over a list of sinks."""
@@ -99,6 +128,13 @@ class MetricsLogger:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+    def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
+        """Drop rows logged after a checkpoint (whose log is ``history``, last logged at ``step``)
+        from the sinks that can (JSONL, TensorBoard)."""
+        for sink in self.sinks:
+            if hasattr(sink, "rewind"):
+                sink.rewind(history, step)
 
     def state_dict(self) -> Dict[str, Any]:
         return {"last_logged_step": self.last_logged_step, "sums": dict(self._sums), "counts": dict(self._counts)}

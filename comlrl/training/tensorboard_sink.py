@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Dict, List, Mapping
 
 
 class TensorBoardSink:
@@ -15,6 +15,8 @@ class TensorBoardSink:
             raise ImportError(
                 "tensorboard=True needs the tensorboard package: pip install 'comlrl[tensorboard]'."
             ) from exc
+        self._writer_cls = SummaryWriter
+        self.log_dir = log_dir
         self.writer = SummaryWriter(log_dir=log_dir)
 
     def write(self, row: Mapping[str, float], step: int) -> None:
@@ -24,3 +26,8 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self.writer.close()
+
+    def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
+        """Tell TensorBoard to discard events after ``step`` (``purge_step``) when a run resumes."""
+        self.writer.close()
+        self.writer = self._writer_cls(log_dir=self.log_dir, purge_step=step + 1)

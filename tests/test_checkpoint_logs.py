@@ -1,0 +1,49 @@
+"""A resumed run's log files hold each row once: rows written after the checkpoint are dropped."""
+
+import json
+
+import pytest
+from checkpoint_helpers import CrashingReward, make_dataset, make_magrpo, seed_everything
+
+from comlrl.training.metrics import JsonlSink
+
+
+def rows_of(path):
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    for row in rows:
+        row.pop("time")
+    return rows
+
+
+def test_resume_drops_rows_of_the_abandoned_continuation(tiny_paths, tmp_path):
+    dataset = make_dataset(4)
+    seed_everything(0)
+    straight = make_magrpo(tiny_paths, dataset, output_dir=str(tmp_path / "straight"))
+    straight.train()
+    expected = rows_of(tmp_path / "straight" / "metrics.jsonl")
+
+    logs, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
+    seed_everything(0)
+    crashing = make_magrpo(tiny_paths, dataset, reward=CrashingReward(23), output_dir=str(logs))
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        crashing.train(checkpoint_dir=str(checkpoints), checkpoint_steps=2)  # rows after the last save exist
+    crashing.close()
+    assert len(rows_of(logs / "metrics.jsonl")) > len(crashing.log_history) - 2
+
+    resumed = make_magrpo(tiny_paths, dataset, output_dir=str(logs))
+    resumed.train(checkpoint_dir=str(checkpoints), checkpoint_steps=2, resume_from_checkpoint=True)
+    resumed.close()
+    assert rows_of(logs / "metrics.jsonl") == expected == resumed.log_history
+
+
+def test_jsonl_rewind_leaves_a_foreign_file_alone(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    sink = JsonlSink(str(path))
+    sink.write({"x": 1.0}, 1)
+    sink.write({"x": 2.0}, 2)
+    sink.rewind([{"env_step": 9, "x": 5.0}], 9)  # not in the file: nothing is cut
+    assert len(rows_of(path)) == 2
+    sink.rewind([{"env_step": 1, "x": 1.0}], 1)
+    sink.write({"x": 3.0}, 3)
+    sink.close()
+    assert rows_of(path) == [{"env_step": 1, "x": 1.0}, {"env_step": 3, "x": 3.0}]
