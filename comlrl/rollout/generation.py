@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from comlrl.models.tokenizers import eos_token_ids, pad_token_id
 from comlrl.rollout.batch import left_pad
+from comlrl.rollout.sampling import NucleusFilter
 
 # Generation settings a model's own generation_config could otherwise leak into sampling; pinned so
 # that samples come from exactly the distribution the trainer scores.
@@ -111,12 +112,18 @@ class HFGenerator:
             eos_token_id=list(self.eos_ids) or None,
             use_cache=True,
         )
-        if sampling.do_sample:
-            settings.update(temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k or 0)
-        else:
-            settings.update(temperature=1.0, top_p=1.0, top_k=0)
+        # temperature, top-k and top-p are applied by NucleusFilter (see generate), not by generate's warpers
+        settings.update(temperature=1.0, top_p=1.0, top_k=0)
         settings.update(sampling.extra)
         return GenerationConfig(**settings)
+
+    @staticmethod
+    def _filters(sampling: SamplingParams):
+        from transformers import LogitsProcessorList
+
+        if not sampling.do_sample:
+            return LogitsProcessorList()
+        return LogitsProcessorList([NucleusFilter(sampling.temperature, sampling.top_k, sampling.top_p)])
 
     def generate(self, prompts: Sequence[str], num_samples: int, sampling: SamplingParams) -> Completions:
         prompt_ids = self.encode(prompts)
@@ -129,6 +136,7 @@ class HFGenerator:
                     input_ids=input_ids.to(self.device),
                     attention_mask=attention_mask.to(self.device),
                     generation_config=self._generation_config(sampling, num_samples),
+                    logits_processor=self._filters(sampling),
                 )
         finally:
             self.model.train(was_training)
