@@ -3,6 +3,7 @@
 # bare-compute floor, REPS times, interleaved so that machine drift hits all three alike.
 #
 #   bash bench/run_compare.sh [smol] [tiny] [hetero]        (default: all three)
+#   ALGOS="magrpo iac-separate iac-shared maac" bash bench/run_compare.sh smol
 #   python bench/summarize.py "$OUT/results.jsonl"
 #
 # Environment (defaults in brackets):
@@ -10,8 +11,9 @@
 #   BASELINE_PY   interpreter with comlrl 1.4.3                               [/work/ref/venv/bin/python]
 #   OURS_PY       interpreter with this project installed                      [/work/venv/bin/python]
 #   FLOOR_PY      interpreter for limit_bench.py (torch + transformers)        [$OURS_PY]
+#   ALGOS [magrpo]  (any of: magrpo iac-separate iac-shared maac; the floor runs for magrpo only)
 #   REPS [3]  THREADS [2]  OUT [bench/results/compare-<time>]  FLOOR_ARGS (extra limit_bench flags) []
-# Every run appends one JSON line to $OUT/results.jsonl, labelled <workload>:<baseline|ours|floor>;
+# Every run appends one JSON line to $OUT/results.jsonl, labelled <workload>:<algo>:<baseline|ours|floor>;
 # each run's stdout/stderr go to $OUT/logs/. Run nothing else on the machine meanwhile.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -20,6 +22,7 @@ BASELINE_PY="${BASELINE_PY:-/work/ref/venv/bin/python}"
 OURS_PY="${OURS_PY:-/work/venv/bin/python}"
 FLOOR_PY="${FLOOR_PY:-$OURS_PY}"
 REPS="${REPS:-3}"
+read -r -a ALGO_LIST <<< "${ALGOS:-magrpo}"
 THREADS="${THREADS:-2}"
 OUT="${OUT:-$HERE/results/compare-$(date +%Y%m%d-%H%M%S)}"
 read -r -a FLOOR_EXTRA <<< "${FLOOR_ARGS:-}"
@@ -44,7 +47,17 @@ for dir in smollm2-135m-instruct tiny-llama tiny-hetero; do
 done
 
 mkdir -p "$OUT/logs"
-COMMON=(--num-generations 4 --max-new-tokens 32 --num-prompts 4 --epochs 1 --rollout-buffer-size 2 --threads "$THREADS")
+COMMON=(--num-generations 4 --max-new-tokens 32 --num-prompts 4 --epochs 1 --threads "$THREADS")
+algo_args() {  # algo -> script and its own flags (rollout buffers as in the shared harness: MAGRPO 2, AC 8)
+  case "$1" in
+    magrpo) echo "magrpo_bench.py --rollout-buffer-size 2" ;;
+    iac-separate) echo "iac_bench.py --critic-mode separate --rollout-buffer-size 8" ;;
+    iac-shared) echo "iac_bench.py --critic-mode shared --rollout-buffer-size 8" ;;
+    maac) echo "maac_bench.py --rollout-buffer-size 8" ;;
+    *) echo "run_compare: unknown algo $1 (magrpo, iac-separate, iac-shared, maac)" >&2; return 2 ;;
+  esac
+}
+for algo in "${ALGO_LIST[@]}"; do algo_args "$algo" > /dev/null; done
 FAILED=0
 
 run() {  # label, interpreter, script, flags...
@@ -61,9 +74,14 @@ run() {  # label, interpreter, script, flags...
 for workload in "${WORKLOADS[@]}"; do
   read -r -a MODELS <<< "$(models_for "$workload")"
   for rep in $(seq 1 "$REPS"); do
-    run "$workload:baseline" "$BASELINE_PY" magrpo_bench.py "${MODELS[@]}" "${COMMON[@]}"
-    run "$workload:ours" "$OURS_PY" magrpo_bench.py "${MODELS[@]}" "${COMMON[@]}"
-    run "$workload:floor" "$FLOOR_PY" limit_bench.py "${MODELS[@]}" "${COMMON[@]}" "${FLOOR_EXTRA[@]}"
+    for algo in "${ALGO_LIST[@]}"; do
+      read -r -a SCRIPT <<< "$(algo_args "$algo")"
+      run "$workload:$algo:baseline" "$BASELINE_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
+      run "$workload:$algo:ours" "$OURS_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
+      if [ "$algo" = magrpo ]; then
+        run "$workload:$algo:floor" "$FLOOR_PY" limit_bench.py "${MODELS[@]}" "${COMMON[@]}" --rollout-buffer-size 2 "${FLOOR_EXTRA[@]}"
+      fi
+    done
   done
 done
 echo "results: $OUT/results.jsonl  (python $HERE/summarize.py $OUT/results.jsonl)" >&2
