@@ -14,6 +14,8 @@ def build_arg_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--critic-type", choices=["v", "q"], default="v")
     parser.add_argument("--rollout-buffer-size", type=int, default=8)
     parser.add_argument("--critic-lr", type=float, default=5e-5)
+    parser.add_argument("--top-k", type=int, default=None,
+                        help="set top_k in the config (default: leave the config's default, None)")
     return parser
 
 
@@ -24,12 +26,13 @@ def config_fields(args: argparse.Namespace) -> Dict[str, Any]:
         critic_learning_rate=args.critic_lr, num_generations=args.num_generations, max_new_tokens=args.max_new_tokens,
         temperature=args.temperature, top_p=args.top_p, critic_type=args.critic_type,
         rollout_buffer_size=args.rollout_buffer_size, advantage_normalization=True, eval_interval=0, logging_steps=10**9,
+        **({"top_k": args.top_k} if args.top_k is not None else {}),
     )
 
 
 def report_fields(args: argparse.Namespace) -> Dict[str, Any]:
     return {"critic_type": args.critic_type, "rollout_buffer_size": args.rollout_buffer_size, "lr": args.lr,
-            "critic_lr": args.critic_lr, "temperature": args.temperature, "top_p": args.top_p}
+            "critic_lr": args.critic_lr, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
 
 
 def critic_counters(critics) -> "bc.ModelCounters":

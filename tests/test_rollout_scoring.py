@@ -88,3 +88,14 @@ def test_sampling_ignores_the_models_own_generation_config(tiny_paths):
     assert config.repetition_penalty == 1.0 and config.max_new_tokens == 7 and config.top_k == 0
     out = gen.generate(["Hi"], 2, SamplingParams(max_new_tokens=7))
     assert max(len(t) for t in out.tokens) > 1
+
+
+def test_token_entropy_matches_the_definition_in_chunks(monkeypatch):
+    import comlrl.rollout.scoring as scoring
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 4, 50)
+    probs = torch.softmax(logits / 0.5, -1)
+    expected = -(probs * probs.log()).sum(-1)
+    monkeypatch.setattr(scoring, "row_chunk", lambda width: 5)  # several chunks, the last one partial
+    torch.testing.assert_close(scoring.token_entropy(logits, 0.5), expected)

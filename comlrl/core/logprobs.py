@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import torch
 
-_CHUNK_ELEMENTS = 1 << 24  # ~64 MB of float32 temporaries per chunk
+CHUNK_ELEMENTS = 1 << 22  # ~16 MB of float32 temporaries per chunk
 
 
-def _row_chunks(rows: int, width: int) -> int:
-    return max(1, _CHUNK_ELEMENTS // max(width, 1))
+def row_chunk(width: int) -> int:
+    """Rows of a ``[N, width]`` tensor per chunk so that a float32 temporary stays ~16 MB."""
+    return max(1, CHUNK_ELEMENTS // max(width, 1))
 
 
 def _logsumexp_chunked(flat: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logsumexp(flat / T)`` per row of ``[N, V]``, float32, in bounded chunks."""
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
-    step = _row_chunks(flat.shape[0], flat.shape[1])
+    step = row_chunk(flat.shape[1])
     for start in range(0, flat.shape[0], step):
         chunk = flat[start : start + step].float()
         if temperature != 1.0:
@@ -55,7 +56,7 @@ class _SelectedLogProbs(torch.autograd.Function):
         flat = logits.reshape(-1, vocab)  # overwritten below with the gradient
         flat_targets = targets.reshape(-1)
         g = grad_output.reshape(-1).float()
-        step = _row_chunks(flat.shape[0], vocab)
+        step = row_chunk(vocab)
         for start in range(0, flat.shape[0], step):
             chunk = flat[start : start + step]
             probs = (chunk.float() / temperature - lse[start : start + step, None]).exp_()

@@ -16,7 +16,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 
-from comlrl.core.logprobs import selected_logprobs
+from comlrl.core.logprobs import row_chunk, selected_logprobs
 from comlrl.rollout.batch import SequenceBatch
 
 
@@ -58,17 +58,19 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     return selected_logprobs(logits, targets, temperature)
 
 
-def token_entropy(logits: torch.Tensor, temperature: float = 1.0, chunk_rows: int = 8) -> torch.Tensor:
-    """Entropy of ``softmax(logits / T)`` per position, without gradient: ``[R, C]``."""
-    out = torch.empty(logits.shape[:-1], dtype=torch.float32, device=logits.device)
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of ``softmax(logits / T)`` per position, without gradient: ``[..., V] -> [...]``."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+    step = row_chunk(flat.shape[1])
     with torch.no_grad():
-        for start in range(0, logits.shape[0], chunk_rows):
-            chunk = logits[start : start + chunk_rows].float()
+        for start in range(0, flat.shape[0], step):
+            chunk = flat[start : start + step].float()
             if temperature != 1.0:
                 chunk = chunk / temperature
             logp = torch.log_softmax(chunk, dim=-1)
-            out[start : start + chunk_rows] = -(logp.exp() * logp).sum(dim=-1)
-    return out
+            out[start : start + step] = -(logp.exp() * logp).sum(dim=-1)
+    return out.reshape(logits.shape[:-1])
 
 
 def score_completions(
