@@ -11,7 +11,6 @@ import textwrap
 import time
 
 import pytest
-import torch
 from checkpoint_helpers import assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 
 from comlrl.utils import read_checkpoint_metadata

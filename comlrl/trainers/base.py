@@ -19,6 +19,8 @@ from comlrl.rollout.tree import TreeRollout
 from comlrl.training.checkpoint import CheckpointSchedule, TrainingCheckpointMixin, build_identity
 from comlrl.training.checkpoint_files import CheckpointError
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
+from comlrl.trainers.policy import PolicyAgent, build_references
+from comlrl.training.devices import resolve_devices
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
@@ -110,6 +112,37 @@ class TrainerBase(TrainingCheckpointMixin):
     def log_history(self) -> List[Dict[str, Any]]:
         """Every logged row (training and evaluation), oldest first."""
         return self._memory.rows
+
+    # ------------------------------------------------------------------ shared construction steps
+    def _reference_devices(self, devices: Sequence[torch.device]) -> List[torch.device]:
+        """Devices of the frozen references: ``reference_devices``, else the agents' own."""
+        spec = self.args.reference_devices
+        return resolve_devices(spec, len(devices), "reference_devices") if spec is not None else list(devices)
+
+    def _build_policies(
+        self,
+        models: Sequence[nn.Module],
+        trainable: Sequence[nn.Module],
+        sources: Sequence[Any],
+        reference_devices: Sequence[torch.device],
+    ) -> None:
+        """Frozen references (with reference KL), then one ``PolicyAgent`` per language model and one
+        optimizer over each ``trainable`` module (the model itself, or a wrapper adding a value head)."""
+        a = self.args
+        self.reference_models = build_references(models, sources, reference_devices) if a.reference_kl_enabled else []
+        self.policies = [
+            PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
+            for i, (model, tok, device) in enumerate(zip(models, self.tokenizers, self.agent_devices))
+        ]
+        for policy, module in zip(self.policies, trainable):
+            policy.optimizer = self._make_optimizer(module.parameters(), a.agent_learning_rate)
+
+    def _store_task(self, *, train_dataset: Any, eval_dataset: Any, reward_func: Any, reward_processor: Any, external_transition: Any) -> None:
+        self.train_dataset = train_dataset
+        self.eval_dataset = eval_dataset
+        self.reward_func = reward_func
+        self.reward_processor = reward_processor
+        self.external_transition = external_transition
 
     # ------------------------------------------------------------------ optimisation helpers
     def _make_optimizer(self, parameters, lr: float) -> AgentOptimizer:

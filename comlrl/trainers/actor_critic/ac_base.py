@@ -41,7 +41,7 @@ from comlrl.trainers.actor_critic.samples import (
 )
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
 from comlrl.trainers.base import TrainerBase, chunked
-from comlrl.trainers.policy import PolicyAgent, PolicyRows, backward_policy_rows, build_references
+from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.training.devices import resolve_devices
 from comlrl.training.optim import AgentOptimizer
@@ -100,12 +100,10 @@ class ActorCriticTrainerBase(TrainerBase):
         self.reward = RewardFunction(reward_func, count, reward_processor)
         self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
-        self._load_entities(plan, critic_plan, model_config, critic_devices, head_dims)
-        self.train_dataset = train_dataset
-        self.eval_dataset = eval_dataset
-        self.reward_func = reward_func
-        self.reward_processor = reward_processor
-        self.external_transition = external_transition
+        reference_devices = self._reference_devices(self.agent_devices)
+        self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
+        self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
+                         reward_processor=reward_processor, external_transition=external_transition)
         self.metrics_callback = metrics_callback
         self.rollout_buffers: List[List[RolloutSample]] = [[] for _ in range(count)]
         self._init_services(wandb_config, self._wandb_run_config())
@@ -170,7 +168,7 @@ class ActorCriticTrainerBase(TrainerBase):
     def _actor_head_dim(self, args, model_config: Dict[str, Any]) -> Optional[int]:
         return None
 
-    def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices, head_dims) -> None:
+    def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices, reference_devices, head_dims) -> None:
         args = self.args
         actor_dim, critic_dim = head_dims
         backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
@@ -181,19 +179,7 @@ class ActorCriticTrainerBase(TrainerBase):
         for slot, critic in enumerate(self.critics):
             reader = self._critic_reader(slot)
             check_critic_reads(critic, self.tokenizers[reader], f"critics[{slot}]", f"the tokenizer of agents[{reader}]")
-        reference_devices = (
-            resolve_devices(args.reference_devices, self.num_agents, "reference_devices")
-            if args.reference_devices is not None else self.agent_devices
-        )
-        self.reference_models = (
-            build_references([a.model for a in self.agents], plan.sources, reference_devices) if args.reference_kl_enabled else []
-        )
-        self.policies = [
-            PolicyAgent(i, actor.model, tok, device, self.reference_models[i] if self.reference_models else None)
-            for i, (actor, tok, device) in enumerate(zip(self.agents, self.tokenizers, self.agent_devices))
-        ]
-        for policy, actor in zip(self.policies, self.agents):
-            policy.optimizer = self._make_optimizer(actor.parameters(), args.agent_learning_rate)
+        self._build_policies([a.model for a in self.agents], self.agents, plan.sources, reference_devices)
         self.agent_optimizers = [p.optimizer.optimizer for p in self.policies]
         made: Dict[int, AgentOptimizer] = {}
         for critic in self.critics:  # critics that are one shared object get one optimizer

@@ -22,7 +22,7 @@ from comlrl.rollout.formatters import build_formatters
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
-from comlrl.trainers.policy import PolicyAgent, PolicyRows, backward_policy_rows, build_references
+from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.training.devices import resolve_devices
@@ -76,29 +76,18 @@ class MAGRPOTrainer(TrainerBase):
             if value is not None and not callable(value):
                 raise ValueError(f"{name} must be callable, got {type(value).__name__}.")
         model_config = check_model_config(model_config)
-        devices = resolve_devices(args.agent_devices, count, "agent_devices")
-        reference_devices = resolve_devices(args.reference_devices, count, "reference_devices") if args.reference_devices is not None else devices
-
         self.args = args
+        self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
+        reference_devices = self._reference_devices(self.agent_devices)
+
         self.num_agents = count
         self.model_name = plan.model_name
-        self.agents, self.tokenizers = load_agents(plan, model_config, devices)
+        self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
         self.tokenizer = self.tokenizers[0]
-        self.agent_devices = devices
-        self.reference_models = build_references(self.agents, plan.sources, reference_devices) if args.reference_kl_enabled else []
-        self.policies = [
-            PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
-            for i, (model, tok, device) in enumerate(zip(self.agents, self.tokenizers, devices))
-        ]
-        self.optimizers = []
-        for policy in self.policies:
-            policy.optimizer = self._make_optimizer(policy.model.parameters(), args.agent_learning_rate)
-            self.optimizers.append(policy.optimizer.optimizer)
-        self.train_dataset = train_dataset
-        self.eval_dataset = eval_dataset
-        self.reward_func = reward_func
-        self.reward_processor = reward_processor
-        self.external_transition = external_transition
+        self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
+        self.optimizers = [policy.optimizer.optimizer for policy in self.policies]
+        self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
+                         reward_processor=reward_processor, external_transition=external_transition)
         self.eval_logger = eval_logger
         self.eval_aggregator = eval_aggregator
         self.rollout_buffers: List[List[GroupSample]] = [[] for _ in range(count)]
