@@ -37,7 +37,8 @@ def turn_reward(c1, c2):
     return [(parse(a)[0] + 1) * (parse(a)[1] + 1) for a in c1]
 
 
-def tree(num_turns=2, k=2, joint_mode="aligned", discount=0.5, threshold=None, transition=None, reward=turn_reward):
+def tree(num_turns=2, k=2, joint_mode="aligned", discount=0.5, threshold=None, transition=None, reward=turn_reward,
+         formatters=None, passthrough=False):
     gens = [ScriptedGenerator(), ScriptedGenerator()]
     calls = []
 
@@ -47,7 +48,7 @@ def tree(num_turns=2, k=2, joint_mode="aligned", discount=0.5, threshold=None, t
 
     rollout = TreeRollout(
         generators=gens,
-        formatters=build_formatters(None, 2, pass_none_external_prompts=False),
+        formatters=build_formatters(formatters, 2, pass_none_external_prompts=False),
         reward=RewardFunction(reward, 2),
         num_generations=k,
         num_turns=num_turns,
@@ -56,6 +57,7 @@ def tree(num_turns=2, k=2, joint_mode="aligned", discount=0.5, threshold=None, t
         sampling=SamplingParams(max_new_tokens=4),
         early_termination_threshold=threshold,
         external_transition=transition or default_transition,
+        external_prompt_passthrough=passthrough,
     )
     return rollout, gens, calls
 
@@ -93,6 +95,18 @@ def test_transition_receives_the_branch_histories_and_its_prompts_reach_the_agen
     assert first["response_history_per_agent"] == [["t0s0"], ["t0s0"]]
     assert calls[1]["agent_completions"] == ["t0s1", "t0s1"]
     assert gens[1].prompts[1] == ["NEXT t0s0", "NEXT t0s1"]
+
+
+def test_passthrough_uses_transition_prompts_verbatim():
+    def formatter(item, external_prompts=None):
+        return f"[formatted] {item['prompt']}"
+
+    rollout, gens, _ = tree(formatters=formatter)
+    rollout.run([{"prompt": "task"}])
+    assert gens[0].prompts == [["[formatted] task"], ["[formatted] NEXT t0s0", "[formatted] NEXT t0s1"]]
+    rollout, gens, _ = tree(formatters=formatter, passthrough=True)
+    rollout.run([{"prompt": "task"}])
+    assert gens[0].prompts == [["[formatted] task"], ["NEXT t0s0", "NEXT t0s1"]]
 
 
 def test_no_discount_sums_rewards():
