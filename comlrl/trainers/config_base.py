@@ -151,7 +151,8 @@ class CommonTrainingFields(ConfigBase):
     """Rows (completions) per forward/backward inside one optimizer step; None puts a whole
     minibatch in one forward. Lower it to bound activation memory."""
     output_dir: Optional[str] = None
-    """Where the run writes its metrics log (``metrics.jsonl``); None keeps logs in memory only."""
+    """Where the run writes its metrics log (``metrics.jsonl``, appended to, never truncated except
+    when a resumed run drops the rows written after its checkpoint); None keeps logs in memory only."""
     tensorboard: bool = False
     """Also write every logged row to TensorBoard under ``output_dir/tensorboard`` (needs the
     ``tensorboard`` package and ``output_dir``)."""
