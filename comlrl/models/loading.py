@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -141,6 +143,15 @@ def load_models(
         models.append(model)
     # Move only after every copy is made, so copies never hold a second device's memory.
     return [model.to(device) for model, device in zip(models, devices)]
+
+
+@functools.lru_cache(maxsize=64)
+def forward_parameters(module_type: type) -> frozenset:
+    """Names of the parameters of ``module_type.forward`` (empty when it cannot be inspected)."""
+    try:
+        return frozenset(inspect.signature(module_type.forward).parameters)
+    except (TypeError, ValueError):
+        return frozenset()
 
 
 def own_cpu_parameters(model: nn.Module) -> None:

@@ -14,13 +14,13 @@ State-dict keys of a head are ``value_projection.{weight,bias}`` and, with a hid
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 import torch
 import torch.nn as nn
+
+from comlrl.models.loading import forward_parameters
 
 
 @dataclass
@@ -84,14 +84,6 @@ def hidden_size_of(model: nn.Module) -> int:
     return int(size)
 
 
-@functools.lru_cache(maxsize=64)
-def _forward_parameters(module_type: type) -> frozenset:
-    try:
-        return frozenset(inspect.signature(module_type.forward).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
-
-
 class CausalLMWithValueHead(nn.Module):
     """A causal LM backbone (``.model``) with an optional value head (``.value_head``)."""
 
@@ -151,7 +143,7 @@ class CausalLMWithValueHead(nn.Module):
         """
         with_values = output_values and self.value_head is not None
         inputs = dict(kwargs, input_ids=input_ids, attention_mask=attention_mask, use_cache=bool(use_cache))
-        accepted = _forward_parameters(type(self.model))
+        accepted = forward_parameters(type(self.model))
         if position_ids is not None:
             inputs["position_ids"] = position_ids
         if past_key_values is not None:
@@ -175,7 +167,7 @@ class CausalLMWithValueHead(nn.Module):
         body = getattr(self.model, "base_model", None)
         if isinstance(body, nn.Module) and body is not self.model:
             inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-            accepted = _forward_parameters(type(body))
+            accepted = forward_parameters(type(body))
             if position_ids is not None and "position_ids" in accepted:
                 inputs["position_ids"] = position_ids
             if "use_cache" in accepted:
@@ -184,7 +176,7 @@ class CausalLMWithValueHead(nn.Module):
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True, "use_cache": False}
         if position_ids is not None:
             inputs["position_ids"] = position_ids
-        if "logits_to_keep" in _forward_parameters(type(self.model)):
+        if "logits_to_keep" in forward_parameters(type(self.model)):
             inputs["logits_to_keep"] = 1
         return self.model(**inputs).hidden_states[-1]
 

@@ -8,8 +8,6 @@ drew the samples.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 from typing import Optional
 
@@ -17,19 +15,12 @@ import torch
 import torch.nn as nn
 
 from comlrl.core.logprobs import row_chunk, selected_logprobs
+from comlrl.models.loading import forward_parameters
 from comlrl.rollout.batch import SequenceBatch
 
 
-@functools.lru_cache(maxsize=64)
-def _forward_parameters(forward_type: type) -> frozenset:
-    try:
-        return frozenset(inspect.signature(forward_type.forward).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
-
-
 def _accepts(model: nn.Module, name: str) -> bool:
-    return name in _forward_parameters(type(model))
+    return name in forward_parameters(type(model))
 
 
 @dataclass
