@@ -78,18 +78,6 @@ def test_texts_drop_the_eos_and_tokens_keep_it(tiny_paths):
         assert text == ""
 
 
-def test_sampling_ignores_the_models_own_generation_config(tiny_paths):
-    tok = AutoTokenizer.from_pretrained(tiny_paths["llama"])
-    model = AutoModelForCausalLM.from_pretrained(tiny_paths["llama"])
-    gen = HFGenerator(model, tok, torch.device("cpu"))
-    model.generation_config.repetition_penalty = 50.0
-    model.generation_config.max_new_tokens = 1
-    config = gen._generation_config(SamplingParams(max_new_tokens=7, temperature=0.5, top_p=0.9, top_k=None), 2)
-    assert config.repetition_penalty == 1.0 and config.max_new_tokens == 7 and config.top_k == 0
-    out = gen.generate(["Hi"], 2, SamplingParams(max_new_tokens=7))
-    assert max(len(t) for t in out.tokens) > 1
-
-
 def test_token_entropy_matches_the_definition_in_chunks(monkeypatch):
     import comlrl.rollout.scoring as scoring
 

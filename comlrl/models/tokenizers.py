@@ -81,22 +81,45 @@ def pad_token_id(tokenizer: Any) -> int:
     return int(pad)
 
 
+def _special_ids(tokenizer: Any) -> Optional[set]:
+    """Ids the tokenizer treats as special tokens (None when it cannot say)."""
+    ids = set(getattr(tokenizer, "all_special_ids", None) or [])
+    decoder = getattr(tokenizer, "added_tokens_decoder", None)
+    if isinstance(decoder, dict):
+        ids.update(int(i) for i, token in decoder.items() if getattr(token, "special", True))
+    return ids or None
+
+
 def eos_token_ids(tokenizer: Any, model: Any = None) -> List[int]:
-    """Every id that ends a completion: the tokenizer's eos and the model's generation-config eos."""
+    """Every id that ends a completion: the tokenizer's eos, plus the eos ids of the model's generation
+    config that the tokenizer agrees are special tokens (chat models list their end-of-turn token
+    there, e.g. Llama-3's ``<|eot_id|>`` beside ``<|end_of_text|>``). Nothing else of the model's
+    generation config is ever used."""
     ids: List[int] = []
 
-    def add(value: Any) -> None:
+    def add(value: Any, allowed: Optional[set] = None) -> None:
         if value is None:
             return
         for item in value if isinstance(value, (list, tuple, set)) else [value]:
-            if item is not None and int(item) not in ids:
-                ids.append(int(item))
+            if item is None or int(item) in ids:
+                continue
+            if allowed is not None and int(item) not in allowed:
+                continue
+            ids.append(int(item))
 
     add(getattr(tokenizer, "eos_token_id", None))
     generation_config = getattr(model, "generation_config", None)
     if generation_config is not None:
-        add(getattr(generation_config, "eos_token_id", None))
+        add(getattr(generation_config, "eos_token_id", None), _special_ids(tokenizer) or set())
     return ids
+
+
+def bos_token(tokenizer: Any) -> Optional[tuple]:
+    """``(text, id)`` of the tokenizer's beginning-of-sequence token, or None."""
+    text, token_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    if not isinstance(text, str) or not text or token_id is None:
+        return None
+    return text, int(token_id)
 
 
 def ensure_pad_token(tokenizer: Any) -> Any:

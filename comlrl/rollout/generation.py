@@ -7,34 +7,17 @@ the left-padded batch; other engines (vLLM) can implement the same ``generate`` 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
 
 import torch
 import torch.nn as nn
 
-from comlrl.models.tokenizers import eos_token_ids, pad_token_id
+from comlrl.models.tokenizers import bos_token, eos_token_ids, pad_token_id
+from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.batch import left_pad
-from comlrl.rollout.sampling import NucleusFilter
-
-# Generation settings a model's own generation_config could otherwise leak into sampling; pinned so
-# that samples come from exactly the distribution the trainer scores.
-_NEUTRAL_SETTINGS: Dict[str, Any] = {
-    "num_beams": 1,
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "typical_p": 1.0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
-    "length_penalty": 1.0,
-    "bad_words_ids": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-}
+from comlrl.rollout.sampling import TokenSampler, draw_seeds
 
 # Keys ``train(**kwargs)`` may not override: the trainer owns them.
 RESERVED_GENERATION_KEYS = frozenset(
@@ -61,13 +44,19 @@ class Completions:
     tokens: List[torch.Tensor]  # B*K 1-D completions: real tokens only, EOS included when sampled
     texts: List[str]  # B*K decoded completions (special tokens and EOS removed)
     num_samples: int  # K
+    # B*K 1-D tempered sampling log-probs of ``tokens`` (sampled, not greedy, generation only)
+    logprobs: Optional[List[torch.Tensor]] = None
 
     def prompt_of_row(self, row: int) -> torch.Tensor:
         return self.prompt_ids[row // self.num_samples]
 
 
 class GenerationBackend(Protocol):
-    def generate(self, prompts: Sequence[str], num_samples: int, sampling: SamplingParams) -> Completions: ...
+    def generate(
+        self, prompts: Sequence[str], num_samples: int, sampling: SamplingParams, seeds: Optional[Sequence[int]] = None
+    ) -> Completions:
+        """K completions per prompt; ``seeds`` (one per row, prompt-major) fix each row's random stream."""
+        ...
 
 
 def completion_lengths(new_tokens: torch.Tensor, eos_ids: Sequence[int]) -> torch.Tensor:
@@ -81,62 +70,101 @@ def completion_lengths(new_tokens: torch.Tensor, eos_ids: Sequence[int]) -> torc
     return torch.where(has_eos, first + 1, torch.full_like(first, width)).long().cpu()
 
 
+@contextlib.contextmanager
+def neutral_generation_config(model: nn.Module) -> Iterator[None]:
+    """Hide ``model.generation_config`` while ``generate`` runs.
+
+    Hugging Face fills every setting the caller leaves at its default (4.x) or unset (5.x) from the
+    model's own generation config: a checkpoint's temperature, top_p, top_k, min_p, repetition penalty,
+    suppressed tokens or ``do_sample`` would change the distribution that is sampled, away from the one
+    the trainer scores. A fresh ``GenerationConfig()`` in its place leaves nothing to inherit.
+    """
+    from transformers import GenerationConfig
+
+    if not hasattr(model, "generation_config"):
+        yield
+        return
+    original = model.generation_config
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = original
+
+
 class HFGenerator:
-    """Sampling with ``model.generate`` over a left-padded batch (KV cache, no Python loop over tokens)."""
+    """Sampling with ``model.generate`` over a left-padded batch (KV cache, no Python loop over tokens).
+
+    Nothing of the model's own ``generation_config`` is used (its eos ids only where the tokenizer
+    knows them as special tokens). Sampled generation runs Hugging Face's greedy loop with a
+    ``TokenSampler`` that draws each token from the trainer's temperature / top-k / top-p
+    distribution with one random stream per row and records its sampling log-probability.
+    """
 
     def __init__(self, model: nn.Module, tokenizer: Any, device: torch.device):
-        self.model = model
+        self.model = model.model if isinstance(model, CausalLMWithValueHead) else model  # generate is the backbone's
         self.tokenizer = tokenizer
         self.device = device
         self.pad_id = pad_token_id(tokenizer)
-        self.eos_ids = eos_token_ids(tokenizer, model)
+        self.eos_ids = eos_token_ids(tokenizer, self.model)
+        self.bos = bos_token(tokenizer)
 
     def encode(self, prompts: Sequence[str]) -> List[torch.Tensor]:
+        """Token ids of each prompt, with the tokenizer's special tokens, and exactly one BOS when the
+        text already starts with it (a chat template that writes ``{{ bos_token }}``)."""
         encoded = self.tokenizer(list(prompts))
         ids = encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded.input_ids
-        out = [torch.tensor(row, dtype=torch.long) for row in ids]
-        for index, row in enumerate(out):
-            if row.numel() == 0:
+        out = []
+        for index, (text, row) in enumerate(zip(prompts, ids)):
+            row = list(row)
+            if self.bos is not None:
+                bos_text, bos_id = self.bos
+                if len(row) >= 2 and row[0] == bos_id and row[1] == bos_id and text.startswith(bos_text):
+                    row = row[1:]  # the template's BOS and the tokenizer's: keep one
+            if not row:
                 raise ValueError(f"prompt {index} encodes to no tokens; prompts must not be empty.")
+            out.append(torch.tensor(row, dtype=torch.long))
         return out
 
-    def _generation_config(self, sampling: SamplingParams, num_samples: int):
+    def _generation_config(self, sampling: SamplingParams):
         from transformers import GenerationConfig
 
-        settings = dict(_NEUTRAL_SETTINGS)
-        settings.update(
+        settings: Dict[str, Any] = dict(
             max_new_tokens=sampling.max_new_tokens,
-            do_sample=sampling.do_sample,
-            num_return_sequences=num_samples,
+            do_sample=False,  # sampled decoding draws its token in TokenSampler; the loop then takes it
+            num_beams=1,
+            num_return_sequences=1,
             pad_token_id=self.pad_id,
             eos_token_id=list(self.eos_ids) or None,
             use_cache=True,
         )
-        # temperature, top-k and top-p are applied by NucleusFilter (see generate), not by generate's warpers
-        settings.update(temperature=1.0, top_p=1.0, top_k=0)
         settings.update(sampling.extra)
         return GenerationConfig(**settings)
 
-    @staticmethod
-    def _filters(sampling: SamplingParams):
+    def generate(
+        self, prompts: Sequence[str], num_samples: int, sampling: SamplingParams, seeds: Optional[Sequence[int]] = None
+    ) -> Completions:
         from transformers import LogitsProcessorList
 
-        if not sampling.do_sample:
-            return LogitsProcessorList()
-        return LogitsProcessorList([NucleusFilter(sampling.temperature, sampling.top_k, sampling.top_p)])
-
-    def generate(self, prompts: Sequence[str], num_samples: int, sampling: SamplingParams) -> Completions:
         prompt_ids = self.encode(prompts)
-        input_ids, attention_mask = left_pad(prompt_ids, self.pad_id)
+        rows = [ids for ids in prompt_ids for _ in range(num_samples)]  # prompt-major, K per prompt
+        input_ids, attention_mask = left_pad(rows, self.pad_id)
+        sampler = None
+        if sampling.do_sample:
+            if seeds is None:
+                seeds = draw_seeds(len(rows))
+            if len(seeds) != len(rows):
+                raise ValueError(f"{len(seeds)} seeds for {len(rows)} generated rows; give one seed per row.")
+            sampler = TokenSampler(sampling.temperature, sampling.top_k, sampling.top_p, seeds, sampling.max_new_tokens)
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), neutral_generation_config(self.model):
                 sequences = self.model.generate(
                     input_ids=input_ids.to(self.device),
                     attention_mask=attention_mask.to(self.device),
-                    generation_config=self._generation_config(sampling, num_samples),
-                    logits_processor=self._filters(sampling),
+                    generation_config=self._generation_config(sampling),
+                    logits_processor=LogitsProcessorList([sampler] if sampler is not None else []),
                 )
         finally:
             self.model.train(was_training)
@@ -149,4 +177,8 @@ class HFGenerator:
         texts = self.tokenizer.batch_decode(
             [(t[:-1] if int(t[-1]) in self.eos_ids else t).tolist() for t in tokens], skip_special_tokens=True
         )
-        return Completions(prompt_ids=prompt_ids, tokens=tokens, texts=list(texts), num_samples=num_samples)
+        logprobs = None
+        if sampler is not None:
+            table = sampler.logprobs()
+            logprobs = [table[row, : int(lengths[row])].clone() for row in range(len(tokens))]
+        return Completions(prompt_ids=prompt_ids, tokens=tokens, texts=list(texts), num_samples=num_samples, logprobs=logprobs)
