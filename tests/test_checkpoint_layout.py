@@ -50,7 +50,7 @@ def test_layout_manifest_and_weights_only_files(tiny_paths, dataset, tmp_path):
     assert "num_train_epochs" in manifest["config"]["resumable"] and manifest["config"]["fields"]["num_generations"] == 2
     assert set(manifest["tokenizers"]) == {"agents.0", "agents.1"}
     assert manifest["tokenizers"]["agents.0"]["sha256"] != manifest["tokenizers"]["agents.1"]["sha256"]
-    assert manifest["states"] == ["log_history", "metrics", "progress", "reward_per_response", "rollout_buffers"]
+    assert manifest["states"] == ["log_history", "metrics", "policy_versions", "progress", "reward_per_response", "rollout_buffers"]
     # the weights are the trainer's, bit for bit, and tied weights are written once
     index = json.loads((folder / "models/agents.0/index.json").read_text())
     assert index["aliases"] == {"lm_head.weight": "model.embed_tokens.weight"}

@@ -1,6 +1,7 @@
 """MAGRPO end to end on tiny models: what trains, how it is batched, what is saved."""
 
 import os
+import random
 
 import pytest
 import torch
@@ -48,7 +49,7 @@ def test_one_generate_and_one_forward_per_agent_per_buffer(tiny_paths, prompts_d
     trainer.train()
     for gen, fwd in zip(gens, fwds):
         # 4 items, 2 per buffer -> 2 steps; each: one generate of 2 prompts x 3 samples, one forward of 6 rows
-        assert gen["calls"] == 2 and gen["rows"] == [2, 2]  # HF expands the 2 prompts to 6 rows inside
+        assert gen["calls"] == 2 and gen["rows"] == [6, 6]  # 2 prompts x 3 samples, one row each
         assert fwd["rows"] == [6, 6]  # the only forwards with gradient: one per update
     assert trainer.env_step == 4 * 3
 
@@ -175,7 +176,7 @@ def test_off_policy_generation_logs_importance_diagnostics(tiny_paths, prompts_d
     trainer = trainer_for(tiny_paths, prompts_dataset, buffers_per_generation=2, rollout_buffer_size=1, logging_steps=1)
     gens = count_calls(trainer.agents[0], "generate")
     trainer.train()
-    assert gens["calls"] == 2 and gens["rows"] == [2, 2]  # 2 buffers of 1 prompt per generate call
+    assert gens["calls"] == 2 and gens["rows"] == [4, 4]  # 2 buffers of 1 prompt x K=2 per generate call
     rows = [r for r in trainer.log_history if "agent_0/ratio" in r]
     assert rows and all(abs(r["agent_0/ratio"] - 1.0) < 0.5 for r in rows)
     assert any(r["agent_0/approx_kl"] > 0 for r in rows)  # the second buffer is off-policy
@@ -187,3 +188,51 @@ def test_gradient_clipping_is_applied(tiny_paths, prompts_dataset):
     trainer.train()
     assert trainer.log_history[0]["agent_0/grad_norm"] > 1e-6  # the norm before clipping is logged
     assert changed(trainer.agents[0], before)
+
+
+def test_stale_groups_are_importance_weighted(tiny_paths, prompts_dataset):
+    """Two turns, K = 2, buffer 2: a tree yields 1 + 2 = 3 groups per agent, so each step updates on
+    the root group and the first child, and the second child waits for the next step (after its agent
+    stepped): that group, and turn 2's group after the turn-1 step, are consumed stale."""
+
+    def transition(prompt, agent_completions, num_agents, **_):
+        return [f"Revise: {c}" for c in agent_completions]
+
+    trainer = MAGRPOTrainer(
+        agents=[tiny_paths["llama"], tiny_paths["gpt2"]], reward_func=length_ratio, external_transition=transition,
+        args=config(num_turns=2, rollout_buffer_size=2, early_termination_threshold=None, logging_steps=1,
+                    agent_learning_rate=5e-2, weight_decay=0.0),
+        train_dataset=prompts_dataset,
+    )
+    trainer.train()
+    rows = [r for r in trainer.log_history if "agent_0/stale_fraction" in r]
+    # step 1 (rows average its two updates): the root group is fresh, the turn-2 group comes after the
+    # turn-1 step -> 0.5; later steps also consume the leftover child of the previous step -> 2/3
+    assert [round(r["agent_0/stale_fraction"], 4) for r in rows] == [0.5, 0.6667, 0.5, 0.6667]
+    assert all(abs(r["agent_0/ratio"] - 1.0) > 1e-3 for r in rows)  # the stale groups' ratios moved off 1
+
+
+def test_on_policy_runs_take_the_plain_policy_gradient(tiny_paths, prompts_dataset, monkeypatch):
+    """One buffer per step, single turn, one minibatch: no group is ever stale, and the run is
+    bit-identical to one whose staleness check is switched off (the on-policy update of old)."""
+    import comlrl.trainers.reinforce.magrpo as magrpo_module
+
+    def run():
+        trainer = trainer_for(tiny_paths, prompts_dataset, rollout_buffer_size=2, logging_steps=1)
+        torch.manual_seed(0)
+        random.seed(0)
+        trainer.train()
+        return trainer
+
+    normal = run()
+    assert all(r.get("agent_0/stale_fraction", 0.0) == 0.0 for r in normal.log_history)
+    original = magrpo_module.PolicyRows.add
+
+    def never_stale(self, prompt, completion, advantage, weight, old=None, stale=False):
+        original(self, prompt, completion, advantage, weight, None, False)
+
+    monkeypatch.setattr(magrpo_module.PolicyRows, "add", never_stale)
+    plain = run()
+    for a, b in zip(normal.agents, plain.agents):
+        for p, q in zip(a.parameters(), b.parameters()):
+            assert torch.equal(p, q)

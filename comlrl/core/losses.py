@@ -35,51 +35,60 @@ def policy_gradient_loss(
     row_weights: torch.Tensor,
     old_token_logprobs: Optional[torch.Tensor] = None,
     clip_range: Optional[float] = None,
+    importance_rows: Optional[torch.Tensor] = None,
 ) -> PolicyLossOutput:
-    """REINFORCE with a baseline, optionally importance-weighted and PPO-clipped per token.
+    """REINFORCE with a baseline; rows drawn by an older policy are importance-weighted and clipped.
 
-    On-policy (``old_token_logprobs is None``) this is the score-function estimator
+    On-policy rows use the score-function estimator
 
-        L = - sum_r w_r * A_r * sum_t m_rt * log pi(y_rt)
+        L_r = - w_r * A_r * sum_t m_rt * log pi(y_rt)
 
-    whose gradient is ``- sum_r w_r A_r grad log pi(y_r | x_r)``. With the log-probs of the policy
-    that sampled the rows (``old_token_logprobs``), each token term becomes the PPO surrogate
+    whose gradient is ``- w_r A_r grad log pi(y_r | x_r)``. Importance-weighted rows (drawn by a
+    policy ``pi_old`` whose per-token log-probs are ``old_token_logprobs``) use the PPO surrogate
 
-        - sum_r w_r * sum_t m_rt * min(rho_rt A_r, clip(rho_rt, 1 - eps, 1 + eps) A_r),
+        L_r = - w_r * sum_t m_rt * min(rho_rt A_r, clip(rho_rt, 1 - eps, 1 + eps) A_r),
         rho_rt = exp(log pi(y_rt) - log pi_old(y_rt)),
 
-    (plain importance weighting when ``clip_range`` is None). At rho = 1 both have the same
-    gradient as the on-policy loss.
+    (plain importance weighting when ``clip_range`` is None). At rho = 1 both have the same gradient.
 
     Args:
         token_logprobs: ``[R, C]`` log-probs under the current policy (with grad).
         mask: ``[R, C]`` 1 for scored tokens.
         advantages: ``[R]`` one advantage per row (sequence-level credit).
         row_weights: ``[R]`` weight of each row in the minibatch objective.
-        old_token_logprobs: ``[R, C]`` log-probs of the sampling policy, or None (on-policy).
+        old_token_logprobs: ``[R, C]`` log-probs of the sampling policy, or None. Given without
+            ``importance_rows``, every row is importance-weighted.
         clip_range: PPO epsilon, or None for no clipping.
+        importance_rows: ``[R]`` bool, the rows that take the surrogate; the others stay on-policy
+            (their ratio diagnostics are still reported: it measures how far sampling and scoring
+            log-probs agree).
+
+    Returns the loss and, over the rows with ``old_token_logprobs``, the mean ratio, the fraction of
+    tokens outside the clip range, and the k3 estimate of KL(pi_old || pi).
     """
     maskf = mask.to(token_logprobs.dtype)
     scale = (advantages * row_weights).to(token_logprobs.dtype)
+    zero = token_logprobs.new_zeros(())
     if old_token_logprobs is None:
         loss = -(sequence_logprobs(token_logprobs, maskf) * scale).sum()
-        zero = token_logprobs.new_zeros(())
         return PolicyLossOutput(loss, zero + 1.0, zero, zero)
+    if importance_rows is None:
+        importance_rows = torch.ones(token_logprobs.shape[0], dtype=torch.bool, device=token_logprobs.device)
     log_ratio = token_logprobs - old_token_logprobs
     ratio = torch.exp(log_ratio)
-    adv = advantages.to(token_logprobs.dtype).unsqueeze(-1)
-    surrogate = ratio * adv
-    clipped = torch.zeros_like(ratio, dtype=torch.bool)
-    if clip_range is not None:
-        clipped_ratio = ratio.clamp(1.0 - clip_range, 1.0 + clip_range)
-        surrogate = torch.minimum(surrogate, clipped_ratio * adv)
-        clipped = (ratio - clipped_ratio).abs() > 0
-    weights = row_weights.to(token_logprobs.dtype).unsqueeze(-1)
-    loss = -(surrogate * maskf * weights).sum()
+    clipped_ratio = ratio.clamp(1.0 - clip_range, 1.0 + clip_range) if clip_range is not None else ratio
+    if bool(importance_rows.any()):
+        adv = advantages.to(token_logprobs.dtype).unsqueeze(-1)
+        surrogate = torch.minimum(ratio * adv, clipped_ratio * adv)
+        weights = (row_weights.to(token_logprobs.dtype) * importance_rows).unsqueeze(-1)
+        on_policy = ~importance_rows
+        loss = -(surrogate * maskf * weights).sum() - (sequence_logprobs(token_logprobs, maskf) * scale * on_policy).sum()
+    else:  # nothing stale: exactly the on-policy loss above
+        loss = -(sequence_logprobs(token_logprobs, maskf) * scale).sum()
     with torch.no_grad():
         count = maskf.sum().clamp_min(1.0)
         ratio_mean = (ratio * maskf).sum() / count
-        clip_fraction = (clipped.to(maskf.dtype) * maskf).sum() / count
+        clip_fraction = (((ratio - clipped_ratio).abs() > 0).to(maskf.dtype) * maskf).sum() / count
         # k3 estimator of KL(pi_old || pi), per token: (rho - 1) - log rho
         approx_kl = (((ratio - 1.0) - log_ratio) * maskf).sum() / count
     return PolicyLossOutput(loss, ratio_mean, clip_fraction, approx_kl)

@@ -39,7 +39,8 @@ class GroupSample:
     node_mean_reward: float
     node_mean_return: float
     reference_kl: Optional[torch.Tensor] = None  # [K] sampled KL to the frozen reference
-    old_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D sampling log-probs (off-policy updates)
+    old_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D log-probs recorded while sampling
+    policy_version: int = 0  # the agent's optimizer steps when it sampled these (stale once it steps again)
 
 
 @dataclass
@@ -66,10 +67,10 @@ class LevelOutput:
     """What one tree level produced for each agent."""
 
     completions: List[Completions]  # per agent
-    extras: List[Dict[str, Any]]  # per agent: optional "reference_kl" [R] and "old_logprobs" list[R]
+    extras: List[Dict[str, Any]]  # per agent: optional "reference_kl" [R]
 
 
-# (agent index, that agent's completions at this level) -> {"reference_kl": Tensor[R], "old_logprobs": [...]}
+# (agent index, that agent's completions at this level) -> {"reference_kl": Tensor[R]}
 RowScorer = Callable[[int, Completions], Dict[str, Any]]
 
 
@@ -238,7 +239,7 @@ class TreeRollout:
             credit = node.returns.clone()
         extras = node.level.extras[agent]
         kl = extras.get("reference_kl")
-        old = extras.get("old_logprobs")
+        old = completions.logprobs
         return GroupSample(
             agent_idx=agent,
             turn_idx=node.turn,

@@ -38,6 +38,26 @@ class TrainingState:
     global_step: int = 0  # training steps (one rollout + its updates) so far
 
 
+class PolicyVersions:
+    """Checkpoint state of each agent's optimizer-step count (what decides whether a buffered sample
+    is stale), restored in place."""
+
+    def __init__(self, policies: Sequence[PolicyAgent]):
+        self.policies = policies
+
+    def state_dict(self) -> List[int]:
+        return [policy.version for policy in self.policies]
+
+    def load_state_dict(self, state: Sequence[int]) -> None:
+        for policy, updates in zip(self.policies, state):
+            policy.optimizer.updates = int(updates)
+
+    @staticmethod
+    def check(state: Any) -> None:
+        if not isinstance(state, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in state):
+            raise CheckpointError(f"The checkpoint's policy versions {state!r} are not a list of non-negative integers.")
+
+
 def is_map_dataset(dataset: Any) -> bool:
     return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
 
@@ -273,6 +293,7 @@ class TrainerBase(TrainingCheckpointMixin):
         and callbacks (``super()._checkpoint_components().add_models(...)...``)."""
         components = CheckpointComponents()
         components.add_models("agents", self.agents)
+        components.add_state("policy_versions", PolicyVersions(self.policies), check=PolicyVersions.check)
         progress = DataclassState(self.state)
         components.add_state("progress", progress, check=progress.check)
         components.add_state("metrics", self.metrics)
@@ -365,15 +386,15 @@ class TrainerBase(TrainingCheckpointMixin):
 
     def _rollout_tree(
         self, *, reward: Any, num_generations: int, joint_mode: str, greedy: bool,
-        early_termination_threshold: Optional[float], old_logprobs: bool, reference_kl: bool,
+        early_termination_threshold: Optional[float], reference_kl: bool,
     ) -> TreeRollout:
-        """A ``TreeRollout`` over ``self.policies``; with ``old_logprobs`` / ``reference_kl`` every
-        level's rows are also scored for their sampling log-probs / KL to the reference."""
+        """A ``TreeRollout`` over ``self.policies``; with ``reference_kl`` every level's rows are also
+        scored for their KL to the reference."""
         a = self.args
         scorer = None
-        if old_logprobs or reference_kl:
+        if reference_kl:
             def scorer(agent: int, completions: Any) -> Dict[str, Any]:
-                return self.policies[agent].rollout_extras(completions, a.temperature, old_logprobs=old_logprobs, reference_kl=reference_kl)
+                return self.policies[agent].rollout_extras(completions, a.temperature, reference_kl=True)
         return TreeRollout(
             generators=[p.generator for p in self.policies], formatters=self.formatters, reward=reward,
             num_generations=num_generations, num_turns=a.num_turns, joint_mode=joint_mode, discount=a.discount,

@@ -49,22 +49,29 @@ class PolicyAgent:
             model.train(was_training)
         return (logprobs * batch.mask).cpu()
 
-    def rollout_extras(self, completions: Completions, temperature: float, *, old_logprobs: bool, reference_kl: bool) -> Dict[str, Any]:
-        """Sampling log-probs and/or the sampled KL to the reference for every row of ``completions``."""
-        if not (old_logprobs or (reference_kl and self.reference is not None)):
+    @property
+    def version(self) -> int:
+        """Optimizer steps this agent has taken: a sample drawn at another version is stale."""
+        return self.optimizer.updates if self.optimizer is not None else 0
+
+    def rollout_extras(self, completions: Completions, temperature: float, *, reference_kl: bool) -> Dict[str, Any]:
+        """The sampled KL to the frozen reference of every row of ``completions`` (when asked and a
+        reference exists). The policy's side is the log-probs recorded while sampling; only greedy
+        completions (which record none) need a forward of the policy."""
+        if not (reference_kl and self.reference is not None):
             return {}
         prompts = [completions.prompt_of_row(r) for r in range(len(completions.tokens))]
-        policy = self.token_logprobs(self.model, prompts, completions.tokens, temperature)
-        out: Dict[str, Any] = {}
-        if old_logprobs:
-            out["old_logprobs"] = [policy[r, : len(t)].clone() for r, t in enumerate(completions.tokens)]
-        if reference_kl and self.reference is not None:
-            reference = self.token_logprobs(self.reference, prompts, completions.tokens, temperature)
-            mask = torch.zeros_like(policy)
-            for r, t in enumerate(completions.tokens):
-                mask[r, : len(t)] = 1.0
-            out["reference_kl"] = sequence_kl(policy, reference, mask)
-        return out
+        reference = self.token_logprobs(self.reference, prompts, completions.tokens, temperature)
+        if completions.logprobs is not None:
+            policy = torch.zeros_like(reference)
+            for r, logprobs in enumerate(completions.logprobs):
+                policy[r, : len(logprobs)] = logprobs
+        else:
+            policy = self.token_logprobs(self.model, prompts, completions.tokens, temperature)
+        mask = torch.zeros_like(policy)
+        for r, t in enumerate(completions.tokens):
+            mask[r, : len(t)] = 1.0
+        return {"reference_kl": sequence_kl(policy, reference, mask)}
 
 
 def build_references(agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device]) -> List[nn.Module]:
@@ -85,31 +92,47 @@ def build_references(agents: Sequence[nn.Module], sources: Sequence[Any], device
 
 @dataclass
 class PolicyRows:
-    """Sampled completions with their credit, ready for one optimizer step."""
+    """Sampled completions with their credit, ready for one optimizer step.
+
+    ``old_logprobs[r]`` are the log-probs recorded when row r was sampled (None if unknown);
+    ``stale[r]`` says the agent has stepped since then, so the row is importance-weighted.
+    """
 
     prompts: List[torch.Tensor] = field(default_factory=list)
     completions: List[torch.Tensor] = field(default_factory=list)
     advantages: List[float] = field(default_factory=list)
     weights: List[float] = field(default_factory=list)
     old_logprobs: List[Optional[torch.Tensor]] = field(default_factory=list)
+    stale: List[bool] = field(default_factory=list)
 
-    def add(self, prompt: torch.Tensor, completion: torch.Tensor, advantage: float, weight: float, old: Optional[torch.Tensor] = None) -> None:
+    def add(self, prompt: torch.Tensor, completion: torch.Tensor, advantage: float, weight: float,
+            old: Optional[torch.Tensor] = None, stale: bool = False) -> None:
+        if stale and old is None:
+            raise ValueError(
+                "a stale sample (drawn before its agent's last optimizer step) needs its sampling log-probs for the "
+                "importance ratio; the generation backend returned none."
+            )
         self.prompts.append(prompt)
         self.completions.append(completion)
         self.advantages.append(float(advantage))
         self.weights.append(float(weight))
         self.old_logprobs.append(old)
+        self.stale.append(bool(stale))
 
     def __len__(self) -> int:
         return len(self.completions)
 
 
-def _old_logprob_tensor(olds: Sequence[Optional[torch.Tensor]], width: int) -> Optional[torch.Tensor]:
-    if not olds or any(o is None for o in olds):
+def _old_logprob_tensor(olds: Sequence[Optional[torch.Tensor]], current: torch.Tensor) -> Optional[torch.Tensor]:
+    """``[R, C]`` sampling log-probs; rows without any take the current ones (ratio exactly 1)."""
+    if all(o is None for o in olds):
         return None
-    out = torch.zeros(len(olds), width)
+    out = current.detach().clone()
+    width = out.shape[1]
     for r, old in enumerate(olds):
-        out[r, : min(width, len(old))] = old[:width]
+        if old is not None:
+            n = min(width, len(old))
+            out[r, :n] = old[:n].to(out.device)
     return out
 
 
@@ -136,8 +159,9 @@ def backward_policy_rows(
     """Forward and backward the policy-gradient loss of ``rows`` (plus ``auxiliary``'s term, from the
     same forward) through ``agent.optimizer`` (the caller finishes with ``agent.optimizer.step``).
 
-    Dropout is off (eval mode) so the scored distribution is the sampling one. Raises
-    FloatingPointError on a non-finite loss.
+    Rows marked stale are importance-weighted with their sampling log-probs and PPO-clipped at
+    ``clip_range``; the others take the plain on-policy loss. Dropout is off (eval mode) so the scored
+    distribution is the sampling one. Raises FloatingPointError on a non-finite loss.
     """
     model = agent.model
     model.eval()
@@ -151,14 +175,15 @@ def backward_policy_rows(
             final_state=auxiliary is not None and auxiliary.final_state,
         )
         scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
-        old = _old_logprob_tensor(rows.old_logprobs[start:stop], batch.completion_width)
+        old = _old_logprob_tensor(rows.old_logprobs[start:stop], scores.logprobs)
         output = policy_gradient_loss(
             scores.logprobs,
             batch.mask,
             torch.tensor(rows.advantages[start:stop], device=agent.device),
             torch.tensor(rows.weights[start:stop], device=agent.device),
-            old_token_logprobs=old.to(agent.device) if old is not None else None,
+            old_token_logprobs=old,
             clip_range=clip_range,
+            importance_rows=torch.tensor(rows.stale[start:stop], dtype=torch.bool, device=agent.device),
         )
         loss = output.loss
         if auxiliary is not None:
@@ -190,5 +215,8 @@ def _policy_metrics(totals: Dict[str, float], rows: PolicyRows) -> Dict[str, flo
         "completion_length": totals["tokens"] / max(len(rows), 1),
     }
     if any(o is not None for o in rows.old_logprobs):
+        # over every row with sampling log-probs: on fresh rows the ratio only measures how closely
+        # scoring reproduces the sampling log-probs (1 up to float noise)
         metrics.update(ratio=totals["ratio"] / tokens, clip_fraction=totals["clip_fraction"] / tokens, approx_kl=totals["approx_kl"] / tokens)
+        metrics["stale_fraction"] = sum(rows.stale) / max(len(rows), 1)
     return metrics

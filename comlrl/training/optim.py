@@ -48,6 +48,7 @@ class AgentOptimizer:
         )
         self.max_grad_norm = max_grad_norm
         self.in_backward = in_backward
+        self.updates = 0  # optimizer steps taken (the policy version of the samples an agent draws)
         self._armed = False
         self._sq_norm: Optional[torch.Tensor] = None
         self._nonfinite: List[str] = []
@@ -86,6 +87,7 @@ class AgentOptimizer:
 
     def step(self, label: str) -> float:
         """Finish the update and return the global gradient norm (before any clipping)."""
+        self.updates += 1
         if self.in_backward:
             norm = math.sqrt(float(self._sq_norm)) if self._sq_norm is not None else 0.0
             self._sq_norm = None

@@ -62,10 +62,13 @@ class MAGRPOConfig(RolloutFields):
     # --- beyond CoMLRL 1.4.3 (plus the CommonTrainingFields: optimizer, memory, output)
     buffers_per_generation: int = 1
     """Generate the prompts of this many rollout buffers in one call per agent. Above 1, every buffer
-    after the first is sampled by an older policy than the one it updates; those updates are
-    importance-weighted with the sampling log-probs and clipped at ``importance_clip_range``."""
+    after the first is sampled by an older policy than the one it updates (importance-weighted, see
+    ``importance_clip_range``)."""
     importance_clip_range: Optional[float] = 0.2
-    """PPO clip epsilon of off-policy updates (None: unclipped importance weights)."""
+    """PPO clip epsilon of stale groups: a group consumed after its agent stepped since sampling it
+    (leftovers of multi-turn trees, later minibatches when ``train_batch_size < rollout_buffer_size``,
+    later turns of a buffer, later buffers of one generation) is weighted by ``pi / pi_sampling`` with
+    the log-probs recorded while sampling (None: unclipped importance weights)."""
 
     def __post_init__(self) -> None:
         require_int_at_least(self, "num_train_epochs", 1)

@@ -120,7 +120,7 @@ class MAGRPOTrainer(TrainerBase):
         return self._rollout_tree(
             reward=self.reward, num_generations=num_generations, joint_mode=a.joint_mode, greedy=greedy,
             early_termination_threshold=a.early_termination_threshold if training else None,
-            old_logprobs=training and a.buffers_per_generation > 1, reference_kl=training and a.reference_kl_enabled,
+            reference_kl=training and a.reference_kl_enabled,
         )
 
     def _nodes_per_tree(self) -> int:
@@ -137,6 +137,7 @@ class MAGRPOTrainer(TrainerBase):
         self.env_step += result.env_steps
         self._record_rollout(result)
         for sample in result.samples:
+            sample.policy_version = self.policies[sample.agent_idx].version
             self.rollout_buffers[sample.agent_idx].append(sample)
         size = self.args.rollout_buffer_size
         for agent, buffer in enumerate(self.rollout_buffers):
@@ -180,7 +181,13 @@ class MAGRPOTrainer(TrainerBase):
                 self.metrics.record({f"agent_{agent}/{k}": v for k, v in metrics.items()})
 
     def _policy_step(self, agent: int, minibatch: List[GroupSample]) -> Dict[str, float]:
-        """Mean over groups of the mean over their completions of ``-A * log pi(completion)``."""
+        """Mean over groups of the mean over their completions of ``-A * log pi(completion)``.
+
+        A group drawn before this agent's latest optimizer step (a leftover of an earlier buffer, a
+        later turn, a later minibatch of the same buffer, or a later buffer of one generation call) is
+        stale: its completions are importance-weighted with the log-probs recorded while sampling and
+        PPO-clipped at ``importance_clip_range``. Fresh groups take the plain on-policy loss.
+        """
         policy = self.policies[agent]
         rows = PolicyRows()
         advantage_values = []
@@ -188,19 +195,16 @@ class MAGRPOTrainer(TrainerBase):
             advantages = self._advantages(sample)
             advantage_values.append(advantages)
             weight = 1.0 / (len(sample.completion_ids) * len(minibatch))
+            stale = sample.policy_version != policy.version
             for k, completion in enumerate(sample.completion_ids):
                 old = sample.old_logprobs[k] if sample.old_logprobs is not None else None
-                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old)
-        off_policy = any(s.old_logprobs is not None for s in minibatch)
+                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale)
+        label = f"{self.algorithm_name} agent {agent} (env_step {self.env_step})"
         metrics = backward_policy_rows(
-            policy,
-            rows,
-            temperature=self.args.temperature,
-            clip_range=self.args.importance_clip_range if off_policy else None,
-            micro_batch_size=self.args.update_micro_batch_size,
-            label=f"{self.algorithm_name} agent {agent} (env_step {self.env_step})",
+            policy, rows, temperature=self.args.temperature, clip_range=self.args.importance_clip_range,
+            micro_batch_size=self.args.update_micro_batch_size, label=label,
         )
-        metrics["grad_norm"] = policy.optimizer.step(f"{self.algorithm_name} agent {agent} (env_step {self.env_step})")
+        metrics["grad_norm"] = policy.optimizer.step(label)
         stacked = torch.cat(advantage_values)
         metrics["advantage_std"] = float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0
         metrics["return_mean"] = float(torch.cat([s.returns for s in minibatch]).mean())
