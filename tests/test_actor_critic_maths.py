@@ -11,7 +11,7 @@ from comlrl.models.value_head import CausalLMWithValueHead, ValueHead
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.scoring import CompletionScores
 from comlrl.trainers.actor_critic.rewards import agent_reward_table
-from comlrl.trainers.actor_critic.samples import AgentEpisode, RolloutSample, assign_td_targets
+from comlrl.trainers.actor_critic.samples import NodeSamples, RolloutSample, assign_td_targets, flat_samples
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, normalized_advantages, unique_sequences
 
 
@@ -32,24 +32,71 @@ def test_td_targets_bootstrap_only_before_the_last_turn():
     assert_close(targets, torch.tensor([1.36, 0.27, 2.0]))
 
 
+def chain(values, rewards):
+    """A K = 1 episode as a chain of nodes (one sample each) from old values and shaped rewards."""
+    node = None
+    for value, reward in reversed(list(zip(values, rewards))):
+        parent = NodeSamples([sample(value)], [reward])
+        if node is not None:
+            parent.children[0] = node
+        node = parent
+    return node
+
+
 def test_episode_targets_advantages_and_returns():
     # shaped rewards r = [1, 0, 2], old values V = [0.5, 0.4, 0.3], gamma = 0.9
     # targets  y = [1 + 0.9*0.4, 0 + 0.9*0.3, 2] = [1.36, 0.27, 2.0]
     # TD error A = y - V = [0.86, -0.13, 1.7]
     # returns  G_2 = 2, G_1 = 0 + 0.9*2 = 1.8, G_0 = 1 + 0.9*1.8 = 2.62
-    episode = AgentEpisode([sample(0.5), sample(0.4), sample(0.3)], [1.0, 0.0, 2.0])
+    episode = chain([0.5, 0.4, 0.3], [1.0, 0.0, 2.0])
     assign_td_targets(episode, 0.9)
-    assert_close(torch.stack([s.value_target for s in episode.samples]), torch.tensor([1.36, 0.27, 2.0]))
-    assert_close(torch.stack([s.advantage for s in episode.samples]), torch.tensor([0.86, -0.13, 1.7]))
-    assert_close(torch.stack([s.returns for s in episode.samples]), torch.tensor([2.62, 1.8, 2.0]))
+    samples = flat_samples(episode)
+    assert_close(torch.stack([s.value_target for s in samples]), torch.tensor([1.36, 0.27, 2.0]))
+    assert_close(torch.stack([s.advantage for s in samples]), torch.tensor([0.86, -0.13, 1.7]))
+    assert_close(torch.stack([s.returns for s in samples]), torch.tensor([2.62, 1.8, 2.0]))
 
 
 def test_early_stopped_episode_has_no_bootstrap_after_its_last_turn():
     # Two collected turns of a 3-turn horizon (stopped early): y_1 = r_1 = 0.5, y_0 = 1 + 1.0 * 0.2 = 1.2
-    episode = AgentEpisode([sample(0.1), sample(0.2)], [1.0, 0.5])
+    episode = chain([0.1, 0.2], [1.0, 0.5])
     assign_td_targets(episode, 1.0)
-    assert_close(torch.stack([s.value_target for s in episode.samples]), torch.tensor([1.2, 0.5]))
-    assert_close(torch.stack([s.advantage for s in episode.samples]), torch.tensor([1.1, 0.3]))
+    samples = flat_samples(episode)
+    assert_close(torch.stack([s.value_target for s in samples]), torch.tensor([1.2, 0.5]))
+    assert_close(torch.stack([s.advantage for s in samples]), torch.tensor([1.1, 0.3]))
+
+
+def test_tree_targets_bootstrap_from_the_mean_of_each_childs_samples():
+    # K = 2, two turns. Root samples j=0,1 with V(root) = 0.5 (a V critic: same value for both),
+    # rewards r = [1, 0]. Child 0 holds two samples with values [0.2, 0.2] (V of that history) and
+    # rewards [1, 3]; child 1 values [0.6, 0.6], rewards [0, 0]. gamma = 0.5.
+    # root targets: y_0 = 1 + 0.5 * mean(0.2, 0.2) = 1.1 ; y_1 = 0 + 0.5 * 0.6 = 0.3
+    # leaf targets = their rewards; advantages y - V: root [0.6, -0.2], child 0 [0.8, 2.8], child 1 [-0.6, -0.6]
+    # returns: child 0 G = [1, 3] (mean 2), child 1 [0, 0]; root G_0 = 1 + 0.5*2 = 2, G_1 = 0 + 0.5*0 = 0
+    root = NodeSamples([sample(0.5), sample(0.5)], [1.0, 0.0])
+    root.children[0] = NodeSamples([sample(0.2), sample(0.2)], [1.0, 3.0])
+    root.children[1] = NodeSamples([sample(0.6), sample(0.6)], [0.0, 0.0])
+    returns = assign_td_targets(root, 0.5)
+    samples = flat_samples(root)  # pre-order: root j0, j1, child 0's two, child 1's two
+    assert_close(torch.stack([s.value_target for s in samples]), torch.tensor([1.1, 0.3, 1.0, 3.0, 0.0, 0.0]))
+    assert_close(torch.stack([s.advantage for s in samples]), torch.tensor([0.6, -0.2, 0.8, 2.8, -0.6, -0.6]))
+    assert returns == [2.0, 0.0]
+
+
+def test_q_critic_advantage_is_q_minus_the_nodes_mean_q():
+    # A two-action bandit (one turn, K = 2) whose Q critic is exact: Q(a_0) = 1 (its reward), Q(a_1) = 0.
+    # The TD error r + 0 - Q would give both actions 0; the baseline mean_k Q = 0.5 gives +0.5 / -0.5.
+    node = NodeSamples([sample(1.0), sample(0.0)], [1.0, 0.0])
+    assign_td_targets(node, 1.0, critic_type="q")
+    assert_close(torch.stack([s.advantage for s in node.samples]), torch.tensor([0.5, -0.5]))
+    assert_close(torch.stack([s.value_target for s in node.samples]), torch.tensor([1.0, 0.0]))  # the critic's targets
+
+
+def test_q_critic_with_one_sample_is_centred_on_the_others_of_its_group():
+    # K = 1: each node stores its raw Q; the update uses A_i = Q_i - mean_{k != i} Q_k.
+    # Q = [1, 0, 2]: A = [1 - 1, 0 - 1.5, 2 - 0.5] = [0, -1.5, 1.5]
+    samples = [sample(advantage=q) for q in (1.0, 0.0, 2.0)]
+    assert_close(normalized_advantages(samples, False, center_leave_one_out=True), torch.tensor([0.0, -1.5, 1.5]))
+    assert_close(normalized_advantages(samples[:1], False, center_leave_one_out=True), torch.tensor([0.0]))
 
 
 def test_value_clipping_takes_the_larger_error():

@@ -90,6 +90,33 @@ def test_passthrough_prompts_and_shared_heads_over_turns(tiny_paths, prompts_dat
     assert {"turn_1/reward_mean", "turn_2/expected_return"} <= set().union(*trainer.log_history)
 
 
-def test_multi_turn_needs_one_generation():
-    with pytest.raises(ValueError, match="num_generations must be 1 when num_turns > 1"):
-        MAACConfig(num_turns=2, num_generations=2)
+@pytest.mark.parametrize("trainer_cls, config_cls, extra", [
+    (MAACTrainer, MAACConfig, {}),
+    (IACTrainer, IACConfig, {"use_separate_critic": False}),
+])
+def test_several_generations_per_turn_grow_a_tree(tiny_paths, prompts_dataset, trainer_cls, config_cls, extra):
+    """K = 2 over 2 turns: each root joint response branches into its own second turn (the MAAC
+    paper's HouseBuild setup); targets bootstrap from the mean value of the child's K samples."""
+    transition, episodes = Recorder(), []
+    critic = {} if extra else {"critic_model": tiny_paths["llama"]}
+    trainer = trainer_cls(
+        agent_model=tiny_paths["llama"], reward_func=length_ratio, external_transition=transition,
+        metrics_callback=collect(episodes), train_dataset=prompts_dataset,
+        args=config_cls(**{**BASE, "num_generations": 2}, num_turns=2, rollout_buffer_size=6, early_termination_threshold=None,
+                        discount=0.5, **extra),
+        **critic,
+    )
+    trainer.train()
+    per_item = 2 + 2 * 2  # joint responses: 2 at the root, 2 at each of its 2 children
+    assert trainer.env_step == 4 * per_item and len(transition.calls) == 4 * 2
+    for item in episodes:
+        for agent in range(2):
+            samples = [s for s in item if s.agent_idx == agent]
+            assert [s.turn_idx for s in samples] == [0, 0, 1, 1, 1, 1]  # pre-order: root's K, child 0's K, child 1's K
+            root, children = samples[:2], [samples[2:4], samples[4:6]]
+            for j, child in enumerate(children):
+                bootstrap = torch.stack([s.old_value for s in child]).mean()
+                assert_close(root[j].value_target, torch.tensor(float(root[j].reward)) + 0.5 * bootstrap)
+                assert all(float(s.value_target) == float(s.reward) for s in child)  # the horizon: no bootstrap
+                # the child's history is root joint response j's: the transition saw that response
+                assert child[0].prompt == f"Turn 2 for agent {agent}"

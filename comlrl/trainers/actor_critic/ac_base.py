@@ -33,11 +33,11 @@ from comlrl.trainers.actor_critic.config import ActorCriticFields
 from comlrl.trainers.actor_critic.export import ExportEntry, write_exports
 from comlrl.trainers.actor_critic.rewards import AgentRewards
 from comlrl.trainers.actor_critic.samples import (
-    AgentEpisode,
+    NodeSamples,
     RolloutSample,
     assign_td_targets,
-    build_agent_episode,
-    episodes_of,
+    build_node_samples,
+    flat_samples,
 )
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
 from comlrl.trainers.base import TrainerBase, chunked
@@ -243,28 +243,30 @@ class ActorCriticTrainerBase(TrainerBase):
         a = self.args
         return self._rollout_tree(
             reward=AgentRewards(self.reward), num_generations=num_generations, joint_mode="aligned", greedy=greedy,
-            early_termination_threshold=a.early_termination_threshold, old_logprobs=training and a.update_epochs > 1,
-            reference_kl=a.reference_kl_enabled,
+            early_termination_threshold=a.early_termination_threshold, reference_kl=a.reference_kl_enabled,
         )
 
     def _collect(self, result: RolloutResult, num_generations: int, *, training: bool) -> List[List[RolloutSample]]:
-        """The samples of every item (all agents, all turns), with values and TD targets when training."""
-        episodes = episodes_of(result.roots, num_generations)
+        """The samples of every item (all agents, all nodes), with values and TD targets when training.
+
+        Order within an item: agent by agent; for each agent the tree's nodes in pre-order and the K
+        samples of a node in order, so every agent's list is aligned (entry k of each is one joint sample).
+        """
         kl_coef = self.args.reference_kl_coef if self.args.reference_kl_enabled else None
         critic_input = self._critic_input if training else None
-        by_agent: List[List[AgentEpisode]] = [
-            [build_agent_episode(agent, ep, kl_coef=kl_coef, critic_input=critic_input) for ep in episodes]
+        trees: List[List[NodeSamples]] = [
+            [build_node_samples(agent, root, kl_coef=kl_coef, critic_input=critic_input) for root in result.roots]
             for agent in range(self.num_agents)
         ]
-        if training:
-            self._assign_old_values([s for agent_eps in by_agent for ep in agent_eps for s in ep.samples])
-            for agent_eps in by_agent:
-                for ep in agent_eps:
-                    assign_td_targets(ep, self.args.discount)
         per_item: List[List[RolloutSample]] = [[] for _ in result.roots]
-        for agent_eps in by_agent:
-            for episode, agent_ep in zip(episodes, agent_eps):
-                per_item[episode.item_index].extend(agent_ep.samples)
+        for agent_trees in trees:
+            for root, tree in zip(result.roots, agent_trees):
+                per_item[root.item_index].extend(flat_samples(tree))
+        if training:
+            self._assign_old_values([s for samples in per_item for s in samples])
+            for agent_trees in trees:
+                for tree in agent_trees:
+                    assign_td_targets(tree, self.args.discount, self.args.critic_type)
         return per_item
 
     def _critic_input(self, agent: int, node: Any, j: int, prompt_ids: torch.Tensor, completion_ids: torch.Tensor) -> torch.Tensor:
@@ -289,7 +291,10 @@ class ActorCriticTrainerBase(TrainerBase):
 
     # ------------------------------------------------------------------ training step
     def _items_per_step(self) -> int:
-        per_item = self.args.num_generations * self.args.num_turns
+        """Items whose samples fill one rollout buffer: K per node, over the nodes of a full tree
+        (K per turn when K = 1 or there is one turn)."""
+        k, turns = self.args.num_generations, self.args.num_turns
+        per_item = k * sum(k**t for t in range(turns))
         return max(1, self.args.rollout_buffer_size // per_item)
 
     def _train_step(self, items: List[Any]) -> None:
@@ -298,6 +303,8 @@ class ActorCriticTrainerBase(TrainerBase):
         self.env_step += result.env_steps
         per_item = self._collect(result, k, training=True)
         samples = [s for item_samples in per_item for s in item_samples]
+        for sample in samples:
+            sample.policy_version = self.policies[sample.agent_idx].version
         self.metrics.record(self._rollout_metrics(samples))
         for item_samples in per_item:
             self.metrics.record(self._callback_metrics(item_samples))
@@ -343,8 +350,10 @@ class ActorCriticTrainerBase(TrainerBase):
         buffers, self.rollout_buffers = self.rollout_buffers, [[] for _ in range(self.num_agents)]
         for turn in sorted({s.turn_idx for s in buffers[0]}):
             group = [[s for s in buffer if s.turn_idx == turn] for buffer in buffers]
+            center = self.args.critic_type == "q" and self.args.num_generations == 1
             for samples in group:
-                for sample, advantage in zip(samples, normalized_advantages(samples, self.args.advantage_normalization)):
+                advantages = normalized_advantages(samples, self.args.advantage_normalization, center_leave_one_out=center)
+                for sample, advantage in zip(samples, advantages):
                     sample.normalized_advantage = advantage
             for _ in range(self.args.update_epochs):
                 order = list(range(len(group[0])))
@@ -380,14 +389,19 @@ class ActorCriticTrainerBase(TrainerBase):
         return None
 
     def _actor_step(self, agent: int, samples: List[RolloutSample]) -> Dict[str, float]:
-        """One policy-gradient step ``-mean_s A_s log pi(a_s | h_s)`` (+ the shared head's value loss)."""
+        """One policy-gradient step ``-mean_s A_s log pi(a_s | h_s)`` (+ the shared head's value loss).
+
+        A sample drawn before this actor's latest optimizer step (a later minibatch or pass over the
+        same buffer) is importance-weighted with its sampling log-probs, clipped at
+        ``importance_clip_range``; fresh samples take the plain on-policy loss.
+        """
         a = self.args
         policy = self.policies[agent]
-        off_policy = a.update_epochs > 1
         rows = PolicyRows()
         for sample in samples:
-            old = sample.old_token_logprobs if off_policy else None
-            rows.add(sample.prompt_ids, sample.completion_ids, float(sample.normalized_advantage), 1.0 / len(samples), old)
+            stale = sample.policy_version != policy.version
+            rows.add(sample.prompt_ids, sample.completion_ids, float(sample.normalized_advantage), 1.0 / len(samples),
+                     sample.old_token_logprobs, stale)
         auxiliary = None
         if self._critic_of_agent[agent] is None:
             auxiliary = SharedValueLoss(
@@ -395,7 +409,7 @@ class ActorCriticTrainerBase(TrainerBase):
             )
         label = f"{self.algorithm_name} agent {agent} (env_step {self.env_step})"
         metrics = backward_policy_rows(
-            policy, rows, temperature=a.temperature, clip_range=a.importance_clip_range if off_policy else None,
+            policy, rows, temperature=a.temperature, clip_range=a.importance_clip_range,
             micro_batch_size=a.update_micro_batch_size, label=label, auxiliary=auxiliary,
         )
         metrics["policy_loss"] = metrics.pop("loss")

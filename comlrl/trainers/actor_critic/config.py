@@ -40,8 +40,8 @@ class ActorCriticFields(RolloutFields):
     critic_devices: Any = None
     """Device spec of the critics (default: the actors' devices; MAAC: the first actor's)."""
     num_generations: int = 1
-    """Completions each actor samples per prompt; must be 1 when ``num_turns > 1`` (an episode
-    then follows one sampled joint response per turn)."""
+    """K: completions each actor samples per history. With ``num_turns > 1`` every joint response
+    branches into its own next turn (a tree of K^t histories at turn t); 1 gives one episode per item."""
     # (plus the RolloutFields: devices, sampling, turns, early termination, evaluation, reference KL)
     # --- critic
     critic_type: str = "v"
@@ -54,18 +54,19 @@ class ActorCriticFields(RolloutFields):
     ``model_config["critic_value_head_hidden_dim"]`` as CoMLRL 1.4.3 did."""
     # --- updates
     rollout_buffer_size: int = 8
-    """Samples (one per actor, generation and turn) collected per actor before an update."""
+    """Samples (one per actor, joint response and history) collected per actor before an update."""
     train_batch_size: Optional[int] = None
     """Samples per optimizer step (None: ``rollout_buffer_size``)."""
     advantage_normalization: bool = True
     """Standardise the TD-error advantages of each (actor, turn) group of an update."""
     # --- beyond CoMLRL 1.4.3
     update_epochs: int = 1
-    """Passes over each drained buffer. Above 1 the buffer is reused by a changing policy, so the
-    sampling log-probs are kept at rollout and every update is importance-weighted (PPO ratio,
-    clipped at ``importance_clip_range``). 1 (the CoMLRL 1.4.3 schedule): plain on-policy updates."""
+    """Passes over each drained buffer (1: the CoMLRL 1.4.3 schedule). Every sample an actor consumes
+    after its own latest optimizer step (a later minibatch or pass) is importance-weighted."""
     importance_clip_range: Optional[float] = 0.2
-    """PPO epsilon of the ratio clip when ``update_epochs > 1`` (None: unclipped ratios)."""
+    """PPO epsilon of the ratio clip of stale samples: those drawn before their actor's latest
+    optimizer step are weighted by ``pi / pi_sampling`` with the log-probs recorded while sampling
+    (None: unclipped ratios)."""
 
     def _separate_critic_devices_required(self) -> bool:
         return True
@@ -77,11 +78,6 @@ class ActorCriticFields(RolloutFields):
         require_int_at_least(self, "train_batch_size", 1)
         require_int_at_least(self, "num_agents", 1)
         require_int_at_least(self, "num_turns", 1)
-        if self.num_turns > 1 and self.num_generations != 1:
-            raise ValueError(
-                f"num_generations must be 1 when num_turns > 1 (multi-turn episodes follow one joint response "
-                f"per turn). Got num_generations={self.num_generations!r}, num_turns={self.num_turns}."
-            )
         require_choice(self, "critic_type", CRITIC_TYPES)
         if self.critic_learning_rate is None:
             self.critic_learning_rate = self.agent_learning_rate

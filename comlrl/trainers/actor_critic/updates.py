@@ -58,9 +58,17 @@ def rollout_values(model: CausalLMWithValueHead, sequences: Sequence[torch.Tenso
     return torch.cat(parts)[inverse]
 
 
-def normalized_advantages(samples: Sequence[RolloutSample], normalize: bool) -> torch.Tensor:
-    """``[len(samples)]`` TD-error advantages, standardised over the group when ``normalize``."""
+def normalized_advantages(samples: Sequence[RolloutSample], normalize: bool, *, center_leave_one_out: bool = False) -> torch.Tensor:
+    """``[len(samples)]`` advantages of one (agent, turn) group, standardised when ``normalize``.
+
+    ``center_leave_one_out`` (a Q critic with one sample per node, whose stored advantage is the raw
+    ``Q(h, a)``): ``A_i = Q_i - mean_{k != i} Q_k``, a baseline that does not depend on sample i's
+    action; a single sample gets 0.
+    """
     advantages = torch.stack([s.advantage.float() for s in samples])
+    if center_leave_one_out:
+        n = advantages.numel()
+        advantages = (advantages - (advantages.sum() - advantages) / (n - 1)) if n > 1 else torch.zeros_like(advantages)
     return normalize_flat(advantages) if normalize and advantages.numel() > 1 else advantages
 
 
@@ -134,7 +142,7 @@ class SharedValueLoss:
         else:
             position = torch.zeros(count, dtype=torch.long, device=hidden.device)
         states = hidden[torch.arange(count, device=hidden.device), position]
-        values = self.head(states).squeeze(-1).float()
+        values = self.head(states.float()).squeeze(-1)
         device = values.device
         err = value_loss(values, self.targets[rows].to(device), self.old_values[rows].to(device), self.clip_range)
         share = count / len(self.samples)
