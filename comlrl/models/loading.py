@@ -105,11 +105,19 @@ def resolve_model_kwargs(model_config: Optional[Mapping[str, Any]], overrides: O
     return kwargs
 
 
+TRAINABLE_DEFAULT_DTYPE = torch.float32
+
+
 def load_causal_lm(name: str, kwargs: Mapping[str, Any], label: str) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained(name, **kwargs)``, in float32 unless ``kwargs`` name a
+    dtype (transformers 5 would otherwise keep the checkpoint's dtype, e.g. bfloat16)."""
     from transformers import AutoModelForCausalLM
 
+    kwargs = dict(kwargs)
+    if kwargs.get("dtype") is None and kwargs.get("torch_dtype") is None:
+        kwargs["dtype"] = TRAINABLE_DEFAULT_DTYPE
     try:
-        return AutoModelForCausalLM.from_pretrained(name, **dict(kwargs))
+        return AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as exc:
         raise ValueError(
             f"Could not load {label} from {name!r}: {exc}. Give a local directory that holds a saved model "
@@ -141,8 +149,24 @@ def load_models(
         else:
             model = source
         models.append(model)
+    for index, model in enumerate(models):
+        warn_low_precision(model, f"{kind}[{index}]")
     # Move only after every copy is made, so copies never hold a second device's memory.
     return [model.to(device) for model, device in zip(models, devices)]
+
+
+def warn_low_precision(model: nn.Module, label: str) -> None:
+    """Warn when a model about to be trained holds half-precision weights (pure bf16/fp16 training)."""
+    dtypes = {p.dtype for p in model.parameters() if p.requires_grad and p.dtype.is_floating_point}
+    low = sorted(str(d).removeprefix("torch.") for d in dtypes & {torch.bfloat16, torch.float16})
+    if low:
+        warnings.warn(
+            f"{label} will train with {'/'.join(low)} weights and optimizer state: AdamW updates smaller than about "
+            f"{'0.4%' if 'bfloat16' in low else '0.05%'} of a weight round away to nothing, so at small learning rates "
+            f"most weights never move while the loss still looks normal. Leave the dtype unset to train in float32 "
+            f"(comlrl's default), or pass a float32 model.",
+            stacklevel=3,
+        )
 
 
 @functools.lru_cache(maxsize=64)

@@ -96,10 +96,11 @@ class CausalLMWithValueHead(nn.Module):
             self.attach_value_head(value_head_hidden_dim, hidden)
 
     def attach_value_head(self, hidden_dim: Optional[int], hidden: Optional[int] = None) -> ValueHead:
-        """Add a freshly initialised head on the backbone's device and dtype."""
+        """Add a freshly initialised head on the backbone's device, in float32 whatever the backbone's
+        dtype (hidden states are upcast before the head), so small value updates are not rounded away."""
         head = ValueHead(hidden or hidden_size_of(self.model), hidden_dim)
         for parameter in self.model.parameters():
-            head.to(device=parameter.device, dtype=parameter.dtype)
+            head.to(device=parameter.device, dtype=torch.float32)
             break
         self.value_head = head
         return head
@@ -154,7 +155,7 @@ class CausalLMWithValueHead(nn.Module):
             inputs["output_hidden_states"] = True
         outputs = self.model(**inputs)
         hidden_states = getattr(outputs, "hidden_states", None)
-        values = self.value_head(hidden_states[-1]).squeeze(-1) if with_values else None
+        values = self.value_head(hidden_states[-1].float()).squeeze(-1) if with_values else None
         return ActorCriticOutput(
             logits=outputs.logits,
             values=values,
@@ -185,4 +186,4 @@ class CausalLMWithValueHead(nn.Module):
         if self.value_head is None:
             raise ValueError("this model has no value head; attach one with attach_value_head(...).")
         hidden = self.final_hidden_states(input_ids, attention_mask, position_ids)
-        return self.value_head(hidden[:, -1, :]).squeeze(-1).float()
+        return self.value_head(hidden[:, -1, :].float()).squeeze(-1)
