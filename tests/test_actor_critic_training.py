@@ -275,3 +275,29 @@ def critic_step_of(trainer, samples):
 
     return critic_step(trainer.critics[0], trainer._critic_optimizers[0], samples, pad_id=trainer._critic_pad_ids[0],
                        coef=0.6, clip_range=0.2, micro_batch_size=trainer.args.update_micro_batch_size, label="test")
+
+
+def test_q_critic_advantage_favours_the_better_action(tiny_paths, prompts_dataset, monkeypatch):
+    """A two-action bandit per prompt (K = 2, one turn) with an exact Q critic (Q = the reward): the
+    better completion gets a positive advantage, the worse a negative one (1.4.3's TD error gave 0)."""
+    seen = []
+
+    def reward(c1, c2):
+        return [[1.0, 0.0], [1.0, 0.0]]  # joint response 0 is the better action for both agents
+
+    trainer = IACTrainer(
+        agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=reward, train_dataset=prompts_dataset,
+        args=IACConfig(**{**BASE, "num_generations": 2, "rollout_buffer_size": 2}, critic_type="q"),
+        metrics_callback=lambda rollouts: seen.extend(rollouts) or {},
+    )
+
+    def exact_q(samples):
+        for sample in samples:
+            sample.old_value = sample.reward.clone()
+
+    monkeypatch.setattr(trainer, "_assign_old_values", exact_q)
+    trainer.train()
+    assert seen
+    for sample in seen:
+        expected = 0.5 if sample.metadata["generation_idx"] == 0 else -0.5
+        assert float(sample.advantage) == expected
