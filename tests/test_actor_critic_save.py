@@ -53,15 +53,18 @@ def test_maac_save_restore_value_head_and_continue(tiny_paths, prompts_dataset, 
     assert same_parameters(AutoModelForCausalLM.from_pretrained(f"{out}/critic"), resumed.critics[0].model)
 
 
-def test_a_head_of_another_width_is_not_restored(tiny_paths, tmp_path):
+def test_a_head_of_another_width_is_refused_with_a_clear_error(tiny_paths, tmp_path):
     trainer = MAACTrainer(agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=length_ratio,
                           args=MAACConfig(**BASE, critic_value_head_hidden_dim=8))
     trainer.save_model(str(tmp_path))
-    with pytest.warns(UserWarning, match="does not fit the configured value head"):
-        other = MAACTrainer(agent_model=tiny_paths["llama"], critic_model=str(tmp_path / "critic"), reward_func=length_ratio,
-                            args=MAACConfig(**BASE))
+    other = MAACTrainer(agent_model=tiny_paths["llama"], critic_model=str(tmp_path / "critic"), reward_func=length_ratio,
+                        args=MAACConfig(**BASE))  # a fresh head: nothing is restored behind the user's back
+    with pytest.raises(ValueError, match="value-head hidden dim"):
+        other.critics[0].load_value_head(str(tmp_path / "critic"))
     with pytest.raises(RuntimeError):  # the manual restore of the docs fails loudly too
         other.critics[0].value_head.load_state_dict(torch.load(tmp_path / "critic" / "value_head.pt", weights_only=True))
+    with pytest.raises(FileNotFoundError, match="No value head"):
+        other.critics[0].load_value_head(str(tmp_path / "agent_0"))
 
 
 def test_iac_separate_critics_are_saved_inside_each_agent(tiny_paths, prompts_dataset, tmp_path):
@@ -73,9 +76,14 @@ def test_iac_separate_critics_are_saved_inside_each_agent(tiny_paths, prompts_da
         agent_dir = tmp_path / f"agent_{i}"
         assert "critic" in files(agent_dir) and "value_head.pt" not in files(agent_dir)
         assert {"config.json", "value_head.pt"} <= set(files(agent_dir / "critic"))
-        # a saved critic directory restores its head when it is given back as a critic
-    restored = IACTrainer(agent_model=tiny_paths["llama"], critics=[str(tmp_path / f"agent_{i}" / "critic") for i in range(2)],
-                          reward_func=length_ratio, args=IACConfig(**BASE))
+    # a saved critic directory given back as a critic restores its backbone and gets a NEW head (as the
+    # training-entities docs say); keeping the learned head is the user's explicit step
+    critic_dirs = [str(tmp_path / f"agent_{i}" / "critic") for i in range(2)]
+    restored = IACTrainer(agent_model=tiny_paths["llama"], critics=critic_dirs, reward_func=length_ratio, args=IACConfig(**BASE))
+    for new, old in zip(restored.critics, trainer.critics):
+        assert same_parameters(new.model, old.model) and not same_parameters(new.value_head, old.value_head)
+    for critic, directory in zip(restored.critics, critic_dirs):
+        critic.load_value_head(directory)
     assert all(same_parameters(a, b) for a, b in zip(restored.critics, trainer.critics))
 
 
@@ -88,8 +96,10 @@ def test_iac_shared_heads_are_saved_with_their_actors(tiny_paths, prompts_datase
     assert "value_head.pt" in files(tmp_path / "agent_0") and "critic" not in files(tmp_path / "agent_0")
     dirs = [str(tmp_path / f"agent_{i}") for i in range(2)]
     restored = IACTrainer(agents=dirs, tokenizer=trainer.tokenizer, reward_func=length_ratio, args=config)
-    for a, b in zip(restored.agents, trainer.agents):
-        assert same_parameters(a.value_head, b.value_head) and same_parameters(a.model, b.model)
+    for a, b, directory in zip(restored.agents, trainer.agents, dirs):
+        assert same_parameters(a.model, b.model) and not same_parameters(a.value_head, b.value_head)  # a new head
+        a.load_value_head(directory)
+        assert same_parameters(a.value_head, b.value_head)
 
 
 def test_iac_single_agent_writes_into_the_output_dir(tiny_paths, tmp_path):

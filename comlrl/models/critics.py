@@ -8,11 +8,13 @@ Rules (the "LLM critics" part of the training-entities contract):
 - ``critics`` alone: one id, directory or model object per slot (the same object twice is refused).
 - both: ``critics`` must have one entry per slot and every entry must name ``critic_model``.
 - a ``CausalLMWithValueHead`` is used as it is (a head is attached if it has none); any other
-  causal LM gets a fresh head.
+  causal LM gets a fresh head. Loading a directory restores the backbone only: a saved
+  ``value_head.pt`` beside it is kept only when the user asks for it
+  (``critic.load_value_head(directory)``, or ``value_head.load_state_dict(torch.load(path,
+  weights_only=True))`` as CoMLRL's docs show).
 - a critic reads token ids made by an agent's tokenizer, so that tokenizer's vocabulary must fit
   the critic's embedding (the one thing that can be checked without running both; a critic of the
   same model family as the agent is the safe choice).
-- a directory holding ``value_head.pt`` (what ``save_model`` writes) restores that head.
 """
 
 from __future__ import annotations
@@ -27,9 +29,7 @@ import torch.nn as nn
 
 from comlrl.models.loading import load_models, own_cpu_parameters, resolve_model_kwargs
 from comlrl.models.sources import describe_source, resolve_model_sources
-from comlrl.models.value_head import CausalLMWithValueHead
-
-VALUE_HEAD_FILE = "value_head.pt"
+from comlrl.models.value_head import VALUE_HEAD_FILE, CausalLMWithValueHead
 
 
 @dataclass
@@ -79,7 +79,6 @@ def load_critics(
         if id(model) not in wrapped:
             critic = wrap_with_value_head(model, hidden_dim)
             own_cpu_parameters(critic)
-            restore_value_head(critic, source)
             wrapped[id(model)] = critic.eval()  # no dropout: values are compared across forwards
         critics.append(wrapped[id(model)])
     return critics
@@ -99,30 +98,6 @@ def check_critic_reads(critic: nn.Module, tokenizer: Any, critic_label: str, rea
             f"{rows} rows. A critic must share the vocabulary of the tokenizer it reads: use a critic of the same "
             f"model family as {reader_label}."
         )
-
-
-def restore_value_head(model: CausalLMWithValueHead, source: Any) -> bool:
-    """Load ``source/value_head.pt`` into ``model.value_head`` when ``source`` is a directory holding one.
-
-    A head of another shape (a different ``*_value_head_hidden_dim``) is not loaded; a warning says so.
-    """
-    if not isinstance(source, str) or model.value_head is None:
-        return False
-    path = os.path.join(source, VALUE_HEAD_FILE)
-    if not os.path.isfile(path):
-        return False
-    device = next(model.value_head.parameters()).device
-    state = torch.load(path, map_location=device, weights_only=True)
-    try:
-        model.value_head.load_state_dict(state)
-    except RuntimeError as exc:
-        warnings.warn(
-            f"{path} does not fit the configured value head ({exc}); the head starts fresh. Set the value-head "
-            f"hidden dim the head was trained with to restore it.",
-            stacklevel=2,
-        )
-        return False
-    return True
 
 
 def value_model_writer(

@@ -22,6 +22,8 @@ import torch.nn as nn
 
 from comlrl.models.loading import forward_parameters
 
+VALUE_HEAD_FILE = "value_head.pt"
+
 
 @dataclass
 class ActorCriticOutput:
@@ -104,6 +106,28 @@ class CausalLMWithValueHead(nn.Module):
             break
         self.value_head = head
         return head
+
+    def load_value_head(self, source: str) -> "CausalLMWithValueHead":
+        """Load a saved head: ``source`` is a ``value_head.pt`` file or a folder holding one (what
+        ``save_model`` writes). Same as ``value_head.load_state_dict(torch.load(path, weights_only=True))``
+        with a clear error when the file is missing or the head's width differs. Returns ``self``."""
+        import os
+
+        path = os.path.join(source, VALUE_HEAD_FILE) if os.path.isdir(source) else source
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"No value head at {path}: give a {VALUE_HEAD_FILE} file or the folder save_model wrote it into.")
+        if self.value_head is None:
+            raise ValueError("this model has no value head to load into; attach one with attach_value_head(hidden_dim).")
+        device = next(self.value_head.parameters()).device
+        state = torch.load(path, map_location=device, weights_only=True)
+        try:
+            self.value_head.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ValueError(
+                f"{path} does not fit this value head ({exc}). Build the trainer with the value-head hidden dim the "
+                f"head was trained with (critic_value_head_hidden_dim / value_head_hidden_dim)."
+            ) from None
+        return self
 
     # ------------------------------------------------------------------ Hugging Face conveniences
     @property

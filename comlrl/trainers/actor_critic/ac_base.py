@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics, restore_value_head
+from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics
 from comlrl.models.entities import AgentPlan, agent_count, load_agents, plan_agents
 from comlrl.models.loading import check_model_config
 from comlrl.models.tokenizers import pad_token_id
@@ -189,6 +189,9 @@ class ActorCriticTrainerBase(TrainerBase):
         self._critic_pad_ids = [pad_token_id(self.tokenizers[self._critic_reader(s)]) for s in range(len(self.critics))]
 
     def _wrap_actor(self, model: nn.Module, source: Any, dim: Optional[int]) -> CausalLMWithValueHead:
+        """The actor as a ``CausalLMWithValueHead``; with shared heads, a fresh head unless the model
+        object already carries one (a directory's saved ``value_head.pt`` is loaded only on request:
+        ``trainer.agents[i].load_value_head(directory)``)."""
         heads = self._actors_carry_value_heads()
         if isinstance(model, CausalLMWithValueHead):
             actor = model
@@ -196,8 +199,6 @@ class ActorCriticTrainerBase(TrainerBase):
                 actor.attach_value_head(dim)
         else:
             actor = CausalLMWithValueHead(model, value_head_hidden_dim=dim, attach_value_head=heads)
-        if heads:
-            restore_value_head(actor, source)
         return actor.eval()  # dropout stays off: updates score the distribution that sampled
 
     def named_models(self) -> Dict[str, nn.Module]:
