@@ -13,6 +13,7 @@ import time
 import pytest
 from checkpoint_helpers import assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 
+from comlrl.training.checkpoint_layout import list_entries
 from comlrl.utils import read_checkpoint_metadata
 from comlrl.utils.checkpoint import latest_checkpoint
 
@@ -81,9 +82,8 @@ def child(tmp_path, tiny_paths):
 
 
 def sequences(directory):
-    if not os.path.isdir(directory):
-        return []
-    return sorted(int(n.split("-")[1]) for n in os.listdir(directory) if n.startswith("checkpoint-"))
+    """The sequence numbers of the readable checkpoints in ``directory`` (the order they were saved)."""
+    return sorted(e.sequence for e in list_entries(str(directory)) if e.sequence is not None)
 
 
 def kill_after(proc, directory, target, jitter):
@@ -124,9 +124,9 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_usable(tiny_paths,
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     hidden, *names = sorted(os.listdir(directory))
-    assert names == ["checkpoint-1", "checkpoint-2"]
+    assert names == ["checkpoint-step-1", "checkpoint-step-2"]
     assert hidden.startswith(".checkpoint-3.") and hidden.endswith(".staging")  # the half-written one, out of sight
-    assert latest_checkpoint(str(directory)) == str(directory / "checkpoint-2")
+    assert latest_checkpoint(str(directory)) == str(directory / "checkpoint-step-2")
     assert read_checkpoint_metadata(str(directory))["progress"]["global_step"] == 2
     trainer = resume_in_process(tiny_paths, directory)
     assert_same_run(straight, run_summary(trainer))

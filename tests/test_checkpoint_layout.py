@@ -138,15 +138,16 @@ def test_total_limit_prunes_only_this_runs_checkpoints(tiny_paths, dataset, tmp_
     (directory / f".checkpoint-2.{'f' * 32}.abc.staging").mkdir()  # another run's leftover
 
     class ForeignWriter:
-        """While the run trains, another run writes checkpoint-5 and a stray checkpoint-6 appears."""
+        """While the run trains, another run writes checkpoint-1 (the name of this run's first epoch
+        checkpoint) and a stray checkpoint-step-6 appears."""
 
         calls = 0
 
         def __call__(self, c1, c2):
             ForeignWriter.calls += 1
-            if ForeignWriter.calls == 8:
-                shutil.copytree(foreign, directory / "checkpoint-5")
-                (directory / "checkpoint-6").mkdir()
+            if ForeignWriter.calls == 2:
+                shutil.copytree(foreign, directory / "checkpoint-1")
+                (directory / "checkpoint-step-6").mkdir()
             return length_ratio(c1, c2)
 
     trainer = make_magrpo(tiny_paths, dataset, reward=ForeignWriter(), num_train_epochs=2)
@@ -154,11 +155,28 @@ def test_total_limit_prunes_only_this_runs_checkpoints(tiny_paths, dataset, tmp_
     names = sorted(os.listdir(directory))
     own = [n for n in names if n.startswith("checkpoint-") and (directory / n / "manifest.json").exists()
            and read_checkpoint_metadata(str(directory / n))["run_id"] == trainer._checkpoint_run_id]
-    # 10 saves (8 steps + 2 epoch ends); numbers 5 and 6 were taken, so the last two are 11 and 12
-    assert sorted(own) == ["checkpoint-11", "checkpoint-12"]
-    assert set(names) - set(own) == {"notes", "checkpoint-best", "checkpoint-3.bak", "checkpoint-5", "checkpoint-6",
+    # 10 saves (8 steps + 2 epoch ends, the taken names becoming checkpoint-1.v2 and checkpoint-step-6.v2);
+    # the limit keeps the last two: step 8 and the end of epoch 2
+    assert sorted(own) == ["checkpoint-2", "checkpoint-step-8"]
+    assert set(names) - set(own) == {"notes", "checkpoint-best", "checkpoint-3.bak", "checkpoint-1", "checkpoint-step-6",
                                      f".checkpoint-2.{'f' * 32}.abc.staging"}
     assert (directory / "notes" / "todo.txt").read_text() == "keep me"
-    assert read_checkpoint_metadata(str(directory / "checkpoint-5"))["run_id"] == other._checkpoint_run_id
+    assert read_checkpoint_metadata(str(directory / "checkpoint-1"))["run_id"] == other._checkpoint_run_id
     with pytest.raises(CheckpointError, match="checkpoints of 2 different runs"):
         latest_checkpoint(str(directory))
+
+
+def test_names_say_where_the_run_is_and_a_resume_never_overwrites(tiny_paths, dataset, tmp_path):
+    """CoMLRL's names: 3 epochs with checkpoint_interval=2 give checkpoint-2 and checkpoint-3 (epochs
+    done). Resuming from checkpoint-2 reaches epoch 3 again: its checkpoint is checkpoint-3.v2, and the
+    first run's checkpoint-3 is left as it was."""
+    trainer = make_magrpo(tiny_paths, dataset, num_train_epochs=3)
+    trainer.train(checkpoint_dir=str(tmp_path), checkpoint_interval=2)
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-3"]
+    assert read_checkpoint_metadata(str(tmp_path / "checkpoint-2"))["progress"]["epoch"] == 2
+    first = (tmp_path / "checkpoint-3" / "manifest.json").read_bytes()
+    again = make_magrpo(tiny_paths, dataset, num_train_epochs=3)
+    again.train(checkpoint_dir=str(tmp_path), checkpoint_interval=2, resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-3", "checkpoint-3.v2"]
+    assert (tmp_path / "checkpoint-3" / "manifest.json").read_bytes() == first
+    assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-3.v2")  # the newest save of the run

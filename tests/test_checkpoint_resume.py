@@ -33,8 +33,12 @@ def test_checkpoints_do_not_change_the_run(tiny_paths, dataset, straight, tmp_pa
     trainer = make_magrpo(tiny_paths, dataset)
     trainer.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
     assert_same_run(straight, run_summary(trainer))
-    # 8 step checkpoints + 2 epoch-end checkpoints, numbered by sequence
-    assert sorted(os.listdir(tmp_path), key=lambda n: int(n.split("-")[1])) == [f"checkpoint-{i}" for i in range(1, 11)]
+    # 8 step checkpoints + 2 epoch-end checkpoints, named after the global step or the epochs done
+    expected = [f"checkpoint-step-{i}" for i in range(1, 9)] + ["checkpoint-1", "checkpoint-2"]
+    assert sorted(os.listdir(tmp_path)) == sorted(expected)
+    order = [os.path.basename(read_checkpoint_metadata(str(tmp_path / n))["path"]) for n in expected]
+    sequences = [read_checkpoint_metadata(str(tmp_path / n))["sequence"] for n in expected]
+    assert sorted(sequences) == list(range(1, 11)) and order == expected
     assert any(row for row in straight["log"] if "eval/turn_1/reward_mean" in row)  # eval rows are compared too
 
 

@@ -363,16 +363,17 @@ class TrainingCheckpointMixin:
     def _checkpoint_after_step(self, global_step: int) -> None:
         schedule = self._checkpoint_schedule
         if schedule is not None and schedule.due_after_step(global_step):
-            self._checkpoint_save_to_directory(schedule)
+            self._checkpoint_save_to_directory(schedule, layout.step_checkpoint_name(global_step))
 
     def _checkpoint_after_epoch(self, epoch: int, final: bool) -> None:
         schedule = self._checkpoint_schedule
         if schedule is not None and schedule.due_after_epoch(epoch, final):
-            self._checkpoint_save_to_directory(schedule)
+            self._checkpoint_save_to_directory(schedule, layout.epoch_checkpoint_name(epoch))
 
-    def _checkpoint_save_to_directory(self, schedule: CheckpointSchedule) -> str:
+    def _checkpoint_save_to_directory(self, schedule: CheckpointSchedule, name: str) -> str:
         sequence = layout.next_sequence(schedule.directory, self._checkpoint_run_id, self._checkpoint_sequence)
-        path = self._checkpoint_write(os.path.join(schedule.directory, f"checkpoint-{sequence}"), sequence)
+        name = layout.free_name(schedule.directory, name)
+        path = self._checkpoint_write(os.path.join(schedule.directory, name), sequence)
         layout.prune(schedule.directory, self._checkpoint_run_id, schedule.total_limit)
         return path
 

@@ -1,10 +1,13 @@
-"""Where checkpoints live: the manifest, a directory of ``checkpoint-<sequence>`` folders, ownership.
+"""Where checkpoints live: the manifest, a directory of checkpoint folders, ownership.
 
 A checkpoint folder holds ``manifest.json`` (small, human-readable: identity, progress, file
-records) beside the weight and state files. A ``checkpoint_dir`` holds the checkpoints of one run:
-each manifest carries the run id, a new run refuses a directory that holds checkpoints, a resumed
-run refuses one that holds another run's, and pruning only ever removes this run's folders.
-Sequences only grow, so a folder is never overwritten. Writes go to a hidden staging folder that
+records) beside the weight and state files. Its name says where the run was, as CoMLRL 1.4.x's do:
+``checkpoint-<epochs done>`` after an epoch, ``checkpoint-step-<global step>`` inside one. A name
+that is taken (a run resumed from an older checkpoint reaches an epoch again) gets ``.v2``, ``.v3``,
+..., so nothing is ever overwritten. A ``checkpoint_dir`` holds the checkpoints of one run: each
+manifest carries the run id and a ``sequence`` that only grows (which checkpoint is the latest), a
+new run refuses a directory that holds checkpoints, a resumed run refuses one that holds another
+run's, and pruning only ever removes this run's folders. Writes go to a hidden staging folder that
 is renamed into place; a kill leaves at most a hidden leftover, which the same run removes later.
 """
 
@@ -24,7 +27,7 @@ MANIFEST_FILENAME = "manifest.json"
 STATE_FILENAME = "training_state.pt"  # runtime state: progress, buffers, metrics, callbacks
 RNG_FILENAME = "rng_state.pt"
 FORMAT_NAME = "comlrl-checkpoint"
-_ENTRY = re.compile(r"^checkpoint-(\d+)$")
+_ENTRY = re.compile(r"^checkpoint-(step-)?(\d+)(?:\.v(\d+))?$")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -121,13 +124,31 @@ def read_checkpoint_metadata(checkpoint: str) -> Dict[str, Any]:
 @dataclass
 class Entry:
     path: str
-    number: int
+    number: int  # the epoch or step of the name
     run_id: Optional[str]  # None: no readable manifest (foreign, legacy or damaged)
     sequence: Optional[int]
 
 
+def epoch_checkpoint_name(epoch: int) -> str:
+    return f"checkpoint-{epoch}"
+
+
+def step_checkpoint_name(global_step: int) -> str:
+    return f"checkpoint-step-{global_step}"
+
+
+def free_name(directory: str, name: str) -> str:
+    """``name``, or ``name.v2``, ``name.v3``, ... : the first that does not exist in ``directory``."""
+    candidate, version = name, 1
+    while os.path.lexists(os.path.join(directory, candidate)):
+        version += 1
+        candidate = f"{name}.v{version}"
+    return candidate
+
+
 def list_entries(directory: str) -> List[Entry]:
-    """Every ``checkpoint-<N>`` entry of ``directory`` (readable or not), by N."""
+    """Every checkpoint entry of ``directory`` (readable or not), oldest first (by sequence where
+    the manifest is readable)."""
     entries = []
     if not os.path.isdir(directory):
         return entries
@@ -142,8 +163,8 @@ def list_entries(directory: str) -> List[Entry]:
             run_id, sequence = manifest["run_id"], manifest["sequence"]
         except (CheckpointError, OSError):
             pass
-        entries.append(Entry(path, int(match.group(1)), run_id, sequence))
-    return sorted(entries, key=lambda e: e.number)
+        entries.append(Entry(path, int(match.group(2)), run_id, sequence))
+    return sorted(entries, key=lambda e: (e.sequence if e.sequence is not None else -1, e.number, e.path))
 
 
 def latest_checkpoint(directory: str) -> Optional[str]:
@@ -211,13 +232,9 @@ def open_directory(directory: str, run_id: str) -> None:
 
 
 def next_sequence(directory: Optional[str], run_id: Optional[str], current: int) -> int:
-    """One past ``current`` and every sequence of ``run_id`` in ``directory``, skipping taken names."""
+    """One past ``current`` and every sequence of ``run_id`` in ``directory``."""
     entries = list_entries(directory) if directory else []
-    sequence = max([current] + [e.sequence for e in entries if e.run_id == run_id and e.sequence is not None]) + 1
-    taken = {e.number for e in entries}
-    while sequence in taken:
-        sequence += 1
-    return sequence
+    return max([current] + [e.sequence for e in entries if e.run_id == run_id and e.sequence is not None]) + 1
 
 
 def staging_folder(directory: str, sequence: int, run_id: str) -> str:
