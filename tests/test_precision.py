@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 import torch
+import transformers
 from conftest import length_ratio
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -18,7 +19,8 @@ def bf16_dir(tiny_paths, tmp_path_factory):
     path = tmp_path_factory.mktemp("bf16") / "llama-bf16"
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(tiny_paths["llama"]).save_pretrained(path)
-    assert AutoModelForCausalLM.from_pretrained(path).dtype == torch.bfloat16  # what transformers 5 does by default
+    if int(transformers.__version__.split(".")[0]) >= 5:  # transformers 5 keeps the checkpoint's dtype by default
+        assert AutoModelForCausalLM.from_pretrained(path).dtype == torch.bfloat16
     return str(path)
 
 

@@ -3,7 +3,7 @@
 Layout of row r: ``[pad ... pad | prompt_r | completion_r[:-1] | pad ...]``: prompts are left-padded
 to a common width P, completions right-padded to C. The logits at positions ``P-1 ... P+C-2`` predict
 completion tokens ``0 ... C-1``. Position ids count only attended tokens, exactly as ``generate``
-numbers them for left-padded prompts, so scores match the sampling distribution.
+numbers them for left-padded prompts, so scores match the logits the samples were drawn from.
 """
 
 from __future__ import annotations

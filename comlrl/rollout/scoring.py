@@ -2,8 +2,10 @@
 
 Only the completion positions reach the language-model head (``logits_to_keep``), the log-softmax
 is taken in float32 as ``logit[y] - logsumexp(logits)`` (no full log-probability tensor), and the
-logits are divided by the sampling temperature so the scores are those of the distribution that
-drew the samples.
+logits are divided by the sampling temperature. Top-k / top-p truncation is not modelled (as in TRL):
+the scores are those of the tempered full distribution, so importance ratios and the k3 KL against
+samples drawn with truncation are approximations (exact when top_k and top_p are off). The sampler
+records the same tempered, untruncated log-probabilities, so a fresh sample's ratio is 1.
 """
 
 from __future__ import annotations

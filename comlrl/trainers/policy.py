@@ -160,8 +160,8 @@ def backward_policy_rows(
     same forward) through ``agent.optimizer`` (the caller finishes with ``agent.optimizer.step``).
 
     Rows marked stale are importance-weighted with their sampling log-probs and PPO-clipped at
-    ``clip_range``; the others take the plain on-policy loss. Dropout is off (eval mode) so the scored
-    distribution is the sampling one. Raises FloatingPointError on a non-finite loss.
+    ``clip_range``; the others take the plain on-policy loss. Dropout is off (eval mode), as in
+    sampling. Raises FloatingPointError on a non-finite loss.
     """
     model = agent.model
     model.eval()
