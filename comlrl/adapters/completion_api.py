@@ -53,6 +53,20 @@ from comlrl.adapters.redaction import MASK, is_secret_name, mask_values, redact_
 
 logger = logging.getLogger(__name__)
 
+
+class _UrlRedactingFilter(logging.Filter):
+    """Masks credential query parameters in the URLs that httpx logs (``HTTP Request: POST <url>``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(arg, httpx.URL) for arg in record.args):
+            record.args = tuple(redact_url(str(arg)) if isinstance(arg, httpx.URL) else arg for arg in record.args)
+        return True
+
+
+_HTTPX_LOGGER = logging.getLogger("httpx")
+if not any(isinstance(existing, _UrlRedactingFilter) for existing in _HTTPX_LOGGER.filters):
+    _HTTPX_LOGGER.addFilter(_UrlRedactingFilter())
+
 MAX_RETRY_DELAY_S = 60.0
 """Upper bound of one wait between attempts (also for a longer ``Retry-After``)."""
 
@@ -132,8 +146,8 @@ class CompletionClient:
         self.backoff_s = finite_number("backoff_s", backoff_s, 0.0)
         self.max_concurrency = int_at_least("max_concurrency", max_concurrency, 1)
         self._api_key, self._key_source = resolve_key(api_key, self.api_key_env, self._format.default_key_env)
-        self._sleep = sleep or time.sleep
-        self._rng = rng or random.Random()
+        self._sleep = time.sleep if sleep is None else sleep
+        self._rng = random.Random() if rng is None else rng
         self._init_runtime()
 
     def _init_runtime(self) -> None:
@@ -420,8 +434,12 @@ class CompletionClient:
         state["_headers"] = redact_secrets(self._headers, drop=True)
         if self._extra_body is not None:
             state["_extra_body"] = redact_secrets(self._extra_body, drop=True)
-        state["_dropped_credentials"] = self._key_source == "api_key" or state["_headers"] != self._headers or (
-            self._extra_body is not None and state["_extra_body"] != self._extra_body
+        state["url"] = redact_url(self.url)
+        state["_dropped_credentials"] = (
+            self._key_source == "api_key"
+            or state["_headers"] != self._headers
+            or state["url"] != self.url
+            or (self._extra_body is not None and state["_extra_body"] != self._extra_body)
         )
         return state
 
