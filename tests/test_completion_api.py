@@ -176,6 +176,10 @@ def test_openai_deepseek_endpoints_ask_for_one_candidate_per_request(server, url
     with client_for(server, url_path, api_format="openai", model=model) as client:
         assert client.complete("p", 3, **SAMPLING) == ["d", "d", "d"]
     assert [r.body["n"] for r in server.requests] == [1, 1, 1]
+    server.requests.clear()
+    with client_for(server, url_path, api_format="openai", model=model, max_n_per_request=2) as client:
+        assert client.complete("p", 3, **SAMPLING) == ["d", "d", "d"]  # an explicit cap wins, as in 1.4.3
+    assert sorted(r.body["n"] for r in server.requests) == [1, 2]
 
 
 def test_anthropic_body_headers_parsing_and_concurrent_requests(server):

@@ -6,7 +6,7 @@ candidates one request may ask for, how the key is sent, and where the texts are
 | format | aliases | one request asks for | texts read from |
 |---|---|---|---|
 | ``generic`` | | ``num_return_sequences`` candidates | ``response_field`` (dotted path), else ``completions`` / ``responses`` / ``outputs`` / ``choices`` |
-| ``openai`` | ``openai_chat``, ``chat`` | ``n`` candidates (DeepSeek endpoints: 1) | ``choices[].message.content`` or ``choices[].text`` |
+| ``openai`` | ``openai_chat``, ``chat`` | ``n`` candidates (DeepSeek endpoints without a cap: 1) | ``choices[].message.content`` or ``choices[].text`` |
 | ``anthropic`` | ``anthropic_messages``, ``messages`` | one candidate | the first ``content[]`` block of type ``text`` |
 | ``openai_responses`` | ``responses``, ``codex`` | one candidate | the ``output_text`` / ``text`` blocks of ``output[].content[]`` |
 """
@@ -270,9 +270,11 @@ def is_deepseek(url: str, model: Optional[str]) -> bool:
 
 
 def candidates_per_request(fmt: ApiFormat, url: str, model: Optional[str], cap: Optional[int], n: int) -> int:
-    """How many of ``n`` candidates one request asks for: ``min(cap, n)`` for batched formats
-    (``cap=None``: all of them), 1 for per-candidate formats and DeepSeek endpoints."""
-    if not fmt.batched or (fmt.name == "openai" and is_deepseek(url, model)):
+    """How many of ``n`` candidates one request asks for: 1 for per-candidate formats; else
+    ``min(cap, n)``; without a cap all ``n``, except 1 for DeepSeek's OpenAI-compatible endpoint."""
+    if not fmt.batched:
+        return 1
+    if cap is None and fmt.name == "openai" and is_deepseek(url, model):
         return 1
     return max(1, min(cap or n, n))
 

@@ -73,6 +73,7 @@ MAX_RETRY_DELAY_S = 60.0
 _RETRYABLE_TRANSPORT = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 _EXCERPT_CHARS = 300
 
+
 class CompletionAPIError(Exception):
     """Base class of the client's errors; ``url`` (credentials masked) and ``status`` (or None)."""
 
