@@ -520,3 +520,26 @@ def test_call_validation_happens_before_any_request(call, message):
         client.complete("p", arguments.pop("n"), **arguments)
     with pytest.raises(TypeError, match="prompts\\[0\\]"):
         client.complete_many([None], 1, **SAMPLING)
+
+
+def test_the_documented_client_example_runs(server, monkeypatch, capsys):
+    """docs/api-comparator.md's client example, with the local server in place of the vendor URL."""
+    import os
+    import re
+
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "api-comparator.md")
+    with open(doc, encoding="utf-8") as handle:
+        blocks = re.findall(r"```python\n(.*?)```", handle.read(), flags=re.S)
+    (example,) = [block for block in blocks if "CompletionClient(" in block]
+    vendor = "https://api.openai.com/v1/chat/completions"
+    assert vendor in example
+    server.route("/v1/chat/completions", lambda r: Reply(body={"choices": [
+        {"message": {"content": f"{r.body['messages'][0]['content']}#{i}"}} for i in range(r.body["n"])]}))
+    monkeypatch.setenv("OPENAI_API_KEY", "doc-key")
+    namespace: dict = {}
+    exec(compile(example.replace(vendor, server.url("/v1/chat/completions")), "api-comparator.md", "exec"), namespace)
+    assert namespace["candidates"] == [f"Write a haiku about rain.#{i}" for i in (0, 1, 2, 3, 0, 1, 2, 3)]
+    assert namespace["per_prompt"] == [["Name a fruit.#0", "Name a fruit.#1"], ["Name a city.#0", "Name a city.#1"]]
+    assert sorted(r.body["n"] for r in server.requests) == [2, 2, 4, 4]
+    assert {r.headers["authorization"] for r in server.requests} == {"Bearer doc-key"}
+    assert capsys.readouterr().out.startswith("8 CompletionClient(openai at ")
