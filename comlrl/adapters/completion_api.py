@@ -404,7 +404,7 @@ class CompletionClient:
         values = [self._api_key] if self._api_key else []
         if self._api_key:
             values.append(auth_header(self._format, self.key_header, self.key_prefix, self._api_key)[1])
-        values.extend(v for k, v in self._headers.items() if is_secret_name(k) or k.lower() == "authorization")
+        values.extend(v for k, v in self._headers.items() if is_secret_name(k))
         values.extend(
             v for k, v in (self._extra_body or {}).items() if is_secret_name(k) and isinstance(v, str)
         )
