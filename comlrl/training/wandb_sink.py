@@ -11,21 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional
 
-_SECRET_MARKERS = ("key", "token", "secret", "password")
-
-
-def _is_secret(name: str) -> bool:
-    lowered = name.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
+from comlrl.training.redaction import redact_secrets
 
 
 def scrub_secrets(value: Any) -> Any:
-    """A copy of nested dicts/lists with every key that looks like a credential removed."""
-    if isinstance(value, Mapping):
-        return {k: scrub_secrets(v) for k, v in value.items() if not (isinstance(k, str) and _is_secret(k))}
-    if isinstance(value, (list, tuple)):
-        return type(value)(scrub_secrets(v) for v in value)
-    return value
+    """A copy of nested dicts/lists with every credential field removed (``api_key``, ``hf_token``,
+    ``password``, ...; not ``max_new_tokens`` or ``pad_token``: see ``comlrl.training.redaction``)."""
+    return redact_secrets(value, drop=True)
 
 
 def verbose_from_wandb_config(wandb_config: Optional[Mapping[str, Any]], default: bool = True) -> bool:
