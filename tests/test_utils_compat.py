@@ -114,3 +114,15 @@ def test_build_formatters_default_and_external_prompts():
     strict = build_formatters(with_external, 1, pass_none_external_prompts=False)
     assert strict[0]({"prompt": "x"}) == "x|None" and strict[0]({"prompt": "x"}, "e") == "x|e"
     assert copy.copy(strict[0]).original is with_external
+
+
+def test_wandb_run_config_drops_credentials_but_keeps_token_counts():
+    from comlrl.utils.wandb_utils import wandb_init_kwargs
+
+    run_config = {}
+    sections = {"magrpo": {"max_new_tokens": 64, "api_key": "sk-live", "tokenizer": "t"},
+                "output": {"hf_token": "hf_x", "pad_token": "<pad>"}}
+    wandb_init_kwargs({"project": "p", "config_sections": sections}, run_config)
+    assert run_config["magrpo"] == {"max_new_tokens": 64, "tokenizer": "t"}
+    assert run_config["output"] == {"pad_token": "<pad>"}
+    assert "sk-live" not in repr(run_config) and "hf_x" not in repr(run_config)
