@@ -18,7 +18,7 @@ class ScriptedGenerator:
     def __init__(self):
         self.prompts = []
 
-    def generate(self, prompts, k, sampling):
+    def generate(self, prompts, k, sampling, seeds=None):
         self.prompts.append(list(prompts))
         texts = []
         for prompt in prompts:

@@ -8,6 +8,7 @@ the left-padded batch; other engines (vLLM) can implement the same ``generate`` 
 from __future__ import annotations
 
 import contextlib
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
 
@@ -70,6 +71,17 @@ def completion_lengths(new_tokens: torch.Tensor, eos_ids: Sequence[int]) -> torc
     return torch.where(has_eos, first + 1, torch.full_like(first, width)).long().cpu()
 
 
+_TOKENIZER_LOCKS: Dict[int, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
+
+
+def tokenizer_lock(tokenizer: Any) -> threading.Lock:
+    """One lock per tokenizer object: identical agents share a tokenizer, and a Hugging Face tokenizer
+    call may reconfigure its backend's padding/truncation state, so concurrent agents take turns."""
+    with _LOCKS_GUARD:
+        return _TOKENIZER_LOCKS.setdefault(id(tokenizer), threading.Lock())
+
+
 @contextlib.contextmanager
 def neutral_generation_config(model: nn.Module) -> Iterator[None]:
     """Hide ``model.generation_config`` while ``generate`` runs.
@@ -108,11 +120,13 @@ class HFGenerator:
         self.pad_id = pad_token_id(tokenizer)
         self.eos_ids = eos_token_ids(tokenizer, self.model)
         self.bos = bos_token(tokenizer)
+        self._lock = tokenizer_lock(tokenizer)
 
     def encode(self, prompts: Sequence[str]) -> List[torch.Tensor]:
         """Token ids of each prompt, with the tokenizer's special tokens, and exactly one BOS when the
         text already starts with it (a chat template that writes ``{{ bos_token }}``)."""
-        encoded = self.tokenizer(list(prompts))
+        with self._lock:
+            encoded = self.tokenizer(list(prompts))
         ids = encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded.input_ids
         out = []
         for index, (text, row) in enumerate(zip(prompts, ids)):
@@ -174,9 +188,10 @@ class HFGenerator:
             raise RuntimeError("generate() returned no new tokens; check max_new_tokens.")
         lengths = completion_lengths(new_tokens, self.eos_ids)
         tokens = [new_tokens[row, : int(lengths[row])].clone() for row in range(new_tokens.shape[0])]
-        texts = self.tokenizer.batch_decode(
-            [(t[:-1] if int(t[-1]) in self.eos_ids else t).tolist() for t in tokens], skip_special_tokens=True
-        )
+        with self._lock:
+            texts = self.tokenizer.batch_decode(
+                [(t[:-1] if int(t[-1]) in self.eos_ids else t).tolist() for t in tokens], skip_special_tokens=True
+            )
         logprobs = None
         if sampler is not None:
             table = sampler.logprobs()

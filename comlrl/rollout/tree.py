@@ -14,6 +14,7 @@ completion (cross).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -24,6 +25,18 @@ from comlrl.core.returns import cross_marginal_returns, node_returns
 from comlrl.rollout.formatters import Formatter
 from comlrl.rollout.generation import Completions, GenerationBackend, SamplingParams
 from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.sampling import draw_seeds
+
+
+def row_seed(step_seed: int, agent: int, item_id: int, path: Tuple[int, ...], sample: int) -> int:
+    """The seed of one generated row: a hash of where it is (step, agent, item, node path, sample),
+    so a row's tokens depend neither on the batch it is generated in nor on the order agents run."""
+    key = f"{step_seed}/{agent}/{item_id}/{'.'.join(map(str, path))}/{sample}".encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") & (2**63 - 1)
+
+
+def run_in_order(task: Callable[[int], Any], agents: Sequence[int]) -> List[Any]:
+    return [task(agent) for agent in agents]
 
 
 @dataclass
@@ -46,7 +59,9 @@ class GroupSample:
 @dataclass
 class Node:
     item: Any
-    item_index: int
+    item_index: int  # position in the batch given to ``run``
+    item_id: int  # the item's identity for its random streams (its index in the global step)
+    path: Tuple[int, ...]  # joint responses from the root to this node
     turn: int
     prompts: List[str]  # one per agent: exactly what the agent was given
     prompt_history: List[List[str]]  # per agent, this turn included
@@ -100,6 +115,7 @@ class TreeRollout:
         external_transition: Optional[Callable[..., Any]] = None,
         external_prompt_passthrough: bool = False,
         row_scorer: Optional[RowScorer] = None,
+        map_agents: Callable[[Callable[[int], Any], Sequence[int]], List[Any]] = run_in_order,
     ):
         self.generators = list(generators)
         self.formatters = list(formatters)
@@ -114,10 +130,22 @@ class TreeRollout:
         self.transition = external_transition
         self.passthrough = external_prompt_passthrough
         self.row_scorer = row_scorer
+        self.map_agents = map_agents
 
     # ------------------------------------------------------------------ public
-    def run(self, items: Sequence[Any], env_step: int = 0) -> RolloutResult:
-        roots = [self._root(item, index) for index, item in enumerate(items)]
+    def run(
+        self, items: Sequence[Any], env_step: int = 0, item_ids: Optional[Sequence[int]] = None, step_seed: Optional[int] = None
+    ) -> RolloutResult:
+        """Build the trees of ``items``. Row ``k`` of agent ``a`` at the node reached by joint responses
+        ``path`` from item ``item_ids[i]``'s root is sampled with ``row_seed(step_seed, a, item_id, path, k)``;
+        ``step_seed`` defaults to one draw from torch's global generator (so checkpoints cover it)."""
+        ids = list(range(len(items))) if item_ids is None else [int(i) for i in item_ids]
+        if len(ids) != len(items):
+            raise ValueError(f"{len(ids)} item ids for {len(items)} items.")
+        if step_seed is None and self.sampling.do_sample:
+            step_seed = draw_seeds(1)[0]
+        self.step_seed = step_seed
+        roots = [self._root(item, index, item_id) for index, (item, item_id) in enumerate(zip(items, ids))]
         level, start = roots, env_step
         while level:
             output = self._generate(level)
@@ -131,17 +159,26 @@ class TreeRollout:
         return RolloutResult(roots, samples, env_step - start, self._turn_metrics(nodes))
 
     # ------------------------------------------------------------------ levels
-    def _root(self, item: Any, index: int) -> Node:
+    def _root(self, item: Any, index: int, item_id: int) -> Node:
         prompts = [fmt(item) for fmt in self.formatters]
-        return Node(item, index, 0, prompts, [[p] for p in prompts], [[] for _ in prompts])
+        return Node(item, index, item_id, (), 0, prompts, [[p] for p in prompts], [[] for _ in prompts])
+
+    def _seeds(self, level: List[Node], agent: int) -> Optional[List[int]]:
+        if not self.sampling.do_sample:
+            return None
+        return [row_seed(self.step_seed, agent, node.item_id, node.path, k) for node in level for k in range(self.k)]
 
     def _generate(self, level: List[Node]) -> LevelOutput:
-        outputs, extras = [], []
-        for agent, generator in enumerate(self.generators):
-            completions = generator.generate([node.prompts[agent] for node in level], self.k, self.sampling)
-            outputs.append(completions)
-            extras.append(self.row_scorer(agent, completions) if self.row_scorer else {})
-        result = LevelOutput(outputs, extras)
+        """One generate call per agent for every node of the level (agents concurrently when
+        ``map_agents`` runs them so: each reads only its own seeds)."""
+
+        def task(agent: int) -> Tuple[Completions, Dict[str, Any]]:
+            prompts = [node.prompts[agent] for node in level]
+            completions = self.generators[agent].generate(prompts, self.k, self.sampling, self._seeds(level, agent))
+            return completions, (self.row_scorer(agent, completions) if self.row_scorer else {})
+
+        done = self.map_agents(task, list(range(self.num_agents)))
+        result = LevelOutput([c for c, _ in done], [e for _, e in done])
         for position, node in enumerate(level):
             node.level = result
             node.completions = [list(range(position * self.k, (position + 1) * self.k)) for _ in self.generators]
@@ -179,12 +216,12 @@ class TreeRollout:
             texts = [self.texts(node, agent) for agent in range(self.num_agents)]
             for j, action in enumerate(node.joint_actions):
                 chosen = [texts[agent][action[agent]] for agent in range(self.num_agents)]
-                child = self._child(node, chosen)
+                child = self._child(node, chosen, j)
                 node.children[j] = child
                 children.append(child)
         return children
 
-    def _child(self, node: Node, chosen: List[str]) -> Node:
+    def _child(self, node: Node, chosen: List[str], j: int) -> Node:
         responses = [history + [text] for history, text in zip(node.response_history, chosen)]
         external = self.transition(
             prompt=node.item.get("prompt", "") if hasattr(node.item, "get") else "",
@@ -211,7 +248,7 @@ class TreeRollout:
                 item["prompt"] = text
                 prompts.append(self.formatters[agent](item, external_prompts=text))
         history = [h + [p] for h, p in zip(node.prompt_history, prompts)]
-        return Node(node.item, node.item_index, node.turn + 1, prompts, history, responses)
+        return Node(node.item, node.item_index, node.item_id, node.path + (j,), node.turn + 1, prompts, history, responses)
 
     # ------------------------------------------------------------------ returns
     def _compute_returns(self, node: Node) -> torch.Tensor:

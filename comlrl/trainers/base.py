@@ -26,6 +26,7 @@ from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
 from comlrl.training.tensorboard_sink import TensorBoardSink
 from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
+from comlrl.training.workers import AgentWorkers
 
 
 @dataclass
@@ -108,6 +109,8 @@ class TrainerBase(TrainingCheckpointMixin):
             sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
         self.metrics = MetricsLogger(sinks, self.args.logging_steps)
         self._generation_kwargs: Dict[str, Any] = {}
+        # parallel_training="mp": one worker thread per agent for generation and updates
+        self._workers = AgentWorkers(len(self.agents), parallel=self.args.parallel_training == "mp")
         if self.wandb_config is not None:
             self._start_wandb()
 
@@ -400,7 +403,7 @@ class TrainerBase(TrainingCheckpointMixin):
             num_generations=num_generations, num_turns=a.num_turns, joint_mode=joint_mode, discount=a.discount,
             sampling=self._sampling(greedy=greedy), early_termination_threshold=early_termination_threshold,
             external_transition=self.external_transition, external_prompt_passthrough=a.external_prompt_passthrough,
-            row_scorer=scorer,
+            row_scorer=scorer, map_agents=self._workers.map,
         )
 
     def _user_callbacks(self) -> Dict[str, Any]:
@@ -455,5 +458,6 @@ class TrainerBase(TrainingCheckpointMixin):
         return model
 
     def close(self) -> None:
-        """Close metric sinks (and finish a W&B run this trainer opened)."""
+        """Close metric sinks (and finish a W&B run this trainer opened) and stop the agent workers."""
         self.metrics.close()
+        self._workers.close()

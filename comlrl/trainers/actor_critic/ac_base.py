@@ -363,16 +363,23 @@ class ActorCriticTrainerBase(TrainerBase):
                     self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
 
     def _update_minibatch(self, batch: List[List[RolloutSample]]) -> None:
-        """``batch[i]``: agent i's samples of the same joint samples. One step per actor and per critic."""
-        for agent, samples in enumerate(batch):
-            self.metrics.record(_prefixed(f"agent_{agent}/", self._actor_step(agent, samples)))
-        for slot, samples in self._critic_batches(batch):
+        """``batch[i]``: agent i's samples of the same joint samples. One step per actor, then one per
+        distinct critic (each set concurrently with ``parallel_training="mp"``)."""
+        actor_rows = self._workers.map(lambda agent: self._actor_step(agent, batch[agent]), list(range(self.num_agents)))
+        for agent, metrics in enumerate(actor_rows):
+            self.metrics.record(_prefixed(f"agent_{agent}/", metrics))
+        jobs = self._critic_batches(batch)
+
+        def critic_task(index: int) -> Dict[str, float]:
+            slot, samples = jobs[index]
             label = f"{self.algorithm_name} critic {slot} (env_step {self.env_step})"
-            metrics = critic_step(
+            return critic_step(
                 self.critics[slot], self._critic_optimizers[slot], samples, pad_id=self._critic_pad_ids[slot],
                 coef=self.args.value_loss_coef, clip_range=self._value_clip_range(),
                 micro_batch_size=self.args.update_micro_batch_size, label=label,
             )
+
+        for (slot, _samples), metrics in zip(jobs, self._workers.map(critic_task, list(range(len(jobs))))):
             self.metrics.record(_prefixed(self._critic_metric_prefix(slot), metrics))
 
     def _critic_batches(self, batch: List[List[RolloutSample]]) -> List[Tuple[int, List[RolloutSample]]]:

@@ -20,6 +20,7 @@ from comlrl.models.entities import agent_count, load_agents, plan_agents
 from comlrl.models.loading import check_model_config
 from comlrl.rollout.formatters import build_formatters
 from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
@@ -140,11 +141,30 @@ class MAGRPOTrainer(TrainerBase):
             sample.policy_version = self.policies[sample.agent_idx].version
             self.rollout_buffers[sample.agent_idx].append(sample)
         size = self.args.rollout_buffer_size
+        batches: List[List[List[GroupSample]]] = [[] for _ in self.rollout_buffers]
         for agent, buffer in enumerate(self.rollout_buffers):
             while len(buffer) >= size:
-                batch, self.rollout_buffers[agent] = buffer[:size], buffer[size:]
-                buffer = self.rollout_buffers[agent]
-                self._update(agent, batch)
+                batches[agent].append(buffer[:size])
+                buffer = buffer[size:]
+            self.rollout_buffers[agent] = buffer
+        self._run_updates(batches)
+
+    def _run_updates(self, batches: List[List[List[GroupSample]]]) -> None:
+        """Drain ``batches[agent]`` (full buffers, in order) for every agent, concurrently with
+        ``parallel_training="mp"``. Each drain shuffles with its own generator, seeded here in agent
+        order, so both schedules compute the same numbers."""
+        seeds = [draw_seeds(len(agent_batches)) if agent_batches else [] for agent_batches in batches]
+
+        def task(agent: int) -> List[Dict[str, float]]:
+            rows: List[Dict[str, float]] = []
+            for batch, seed in zip(batches[agent], seeds[agent]):
+                rows.extend(self._update(agent, batch, random.Random(seed)))
+            return rows
+
+        agents = [agent for agent, agent_batches in enumerate(batches) if agent_batches]
+        for rows in self._workers.map(task, agents):
+            for row in rows:
+                self.metrics.record(row)
 
     def _record_rollout(self, result: RolloutResult) -> None:
         metrics = dict(result.turn_metrics)
@@ -158,10 +178,9 @@ class MAGRPOTrainer(TrainerBase):
         self.metrics.record(metrics)
 
     def _flush_buffers(self) -> None:
-        for agent, buffer in enumerate(self.rollout_buffers):
-            if buffer:
-                self.rollout_buffers[agent] = []
-                self._update(agent, buffer)
+        batches = [[buffer] if buffer else [] for buffer in self.rollout_buffers]
+        self.rollout_buffers = [[] for _ in self.rollout_buffers]
+        self._run_updates(batches)
 
     # ------------------------------------------------------------------ update
     def _advantages(self, sample: GroupSample) -> torch.Tensor:
@@ -171,14 +190,17 @@ class MAGRPOTrainer(TrainerBase):
         advantages = group_advantages(returns, self.args.advantage_mode)
         return normalize_groups(advantages) if self.args.advantage_normalization else advantages
 
-    def _update(self, agent: int, samples: List[GroupSample]) -> None:
-        """Per turn (ascending): shuffle, split into minibatches, one optimizer step per minibatch."""
+    def _update(self, agent: int, samples: List[GroupSample], rng: random.Random) -> List[Dict[str, float]]:
+        """Per turn (ascending): shuffle, split into minibatches, one optimizer step per minibatch;
+        returns each step's metrics."""
+        rows = []
         for turn in sorted({s.turn_idx for s in samples}):
             group = [s for s in samples if s.turn_idx == turn]
-            random.shuffle(group)
+            rng.shuffle(group)
             for minibatch in chunked(group, self.args.train_batch_size):
                 metrics = self._policy_step(agent, list(minibatch))
-                self.metrics.record({f"agent_{agent}/{k}": v for k, v in metrics.items()})
+                rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
+        return rows
 
     def _policy_step(self, agent: int, minibatch: List[GroupSample]) -> Dict[str, float]:
         """Mean over groups of the mean over their completions of ``-A * log pi(completion)``.
