@@ -15,12 +15,14 @@ import torch.nn as nn
 
 from comlrl.models.saving import check_target_free, save_pretrained_dir
 from comlrl.rollout.generation import RESERVED_GENERATION_KEYS, SamplingParams
+from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import TreeRollout
 from comlrl.training.checkpoint import CheckpointSchedule, TrainingCheckpointMixin, build_identity
 from comlrl.training.checkpoint_files import CheckpointError
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
 from comlrl.trainers.policy import PolicyAgent, build_references
 from comlrl.training.devices import resolve_devices
+from comlrl.training.distributed import DataParallel
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
@@ -59,6 +61,20 @@ class PolicyVersions:
             raise CheckpointError(f"The checkpoint's policy versions {state!r} are not a list of non-negative integers.")
 
 
+class RankStates:
+    """Checkpoint state of a data-parallel run: each rank's rollout buffers and RNG state, by rank
+    (gathered on rank 0 when the checkpoint is written; each rank takes its own when it is loaded)."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+
+    def state_dict(self) -> List[Any]:
+        return self.trainer._gathered_rank_states
+
+    def load_state_dict(self, state: Sequence[Any]) -> None:
+        self.trainer._restored_rank_state = state[self.trainer._dist.rank]
+
+
 def is_map_dataset(dataset: Any) -> bool:
     return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
 
@@ -94,24 +110,44 @@ class TrainerBase(TrainingCheckpointMixin):
             raise TypeError(f"args must be a {family.__name__} (or a subclass), got {type(args).__name__}.")
         return copy.copy(args)
 
+    def _join_data_parallel(self, args: Any) -> DataParallel:
+        """Join torchrun's process group when this process was started by it (before anything loads)."""
+        self._dist = DataParallel.current()
+        if self._dist.enabled and args.parallel_training == "mp":
+            raise ValueError(
+                "parallel_training='mp' (agents on several devices of one process) cannot be combined with torchrun's "
+                "data parallelism yet; use one of them (see docs/distributed.md)."
+            )
+        return self._dist
+
+    def _model_devices(self, spec: Any, count: int, kind: str) -> List[torch.device]:
+        """One device per model; under torchrun, devices left to comlrl are this rank's (cuda:LOCAL_RANK)."""
+        dist = getattr(self, "_dist", None)
+        if dist is not None and dist.enabled and (spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto")):
+            return [dist.device()] * count
+        return resolve_devices(spec, count, kind)
+
     def _init_services(self, wandb_config: Optional[Mapping[str, Any]], run_config: Dict[str, Any]) -> None:
+        self._dist = getattr(self, "_dist", None) or DataParallel.current()
+        main = self._dist.is_main
         self.state = TrainingState()
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
         verbose = self.args.verbose
-        self.verbose = verbose_from_wandb_config(self.wandb_config) if verbose is None else bool(verbose)
+        self.verbose = main and (verbose_from_wandb_config(self.wandb_config) if verbose is None else bool(verbose))
         self._memory = MemorySink()
         self._wandb: Optional[WandbSink] = None
         self._run_config = run_config
         sinks: List[Any] = [self._memory]
-        if self.args.output_dir:
+        if self.args.output_dir and main:
             sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl")))
-        if self.args.tensorboard:
+        if self.args.tensorboard and main:
             sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
-        self.metrics = MetricsLogger(sinks, self.args.logging_steps)
+        self.metrics = MetricsLogger(sinks, self.args.logging_steps, merge=self._dist.merge_metrics)
         self._generation_kwargs: Dict[str, Any] = {}
         # parallel_training="mp": one worker thread per agent for generation and updates
         self._workers = AgentWorkers(len(self.agents), parallel=self.args.parallel_training == "mp")
-        if self.wandb_config is not None:
+        self._dist.broadcast_parameters(list(self.agents) + list(getattr(self, "critics", [])))
+        if self.wandb_config is not None and main:
             self._start_wandb()
 
     def _start_wandb(self) -> None:
@@ -171,10 +207,21 @@ class TrainerBase(TrainingCheckpointMixin):
     def _make_optimizer(self, parameters, lr: float) -> AgentOptimizer:
         a = self.args
         in_backward = a.optimizer_in_backward if a.optimizer_in_backward is not None else a.max_grad_norm is None
+        dist = getattr(self, "_dist", None)
         return AgentOptimizer(
             parameters, lr=lr, betas=a.adam_betas, eps=a.adam_epsilon, weight_decay=a.weight_decay,
             fused=a.optimizer_fused, max_grad_norm=a.max_grad_norm, in_backward=in_backward,
+            grad_sync=dist.average_ if dist is not None and dist.enabled else None,
         )
+
+    def _per_rank(self, count: int, name: str) -> int:
+        """This process's share of a whole-run count (all of it in a single process)."""
+        return self._dist.per_rank(count, name)
+
+    def _step_seed(self) -> int:
+        """The seed of one training step's random streams: one draw from torch's global generator (on
+        rank 0, shared with every rank), so a checkpoint's RNG state covers it."""
+        return int(self._dist.broadcast_object(draw_seeds(1)[0] if self._dist.is_main else None))
 
     # ------------------------------------------------------------------ the loop
     def train(
@@ -205,6 +252,7 @@ class TrainerBase(TrainingCheckpointMixin):
         self._set_generation_kwargs(generation_kwargs)
         if self.train_dataset is None:
             raise ValueError("train_dataset is required to train; pass train_dataset=... to the trainer.")
+        self._check_data_parallel()
         self._checkpoint_begin(resume_from_checkpoint, schedule)
         self._training_active = True
         try:
@@ -216,6 +264,33 @@ class TrainerBase(TrainingCheckpointMixin):
             self._training_active = False
             self._checkpoint_schedule = None
         self._training_failure = None
+
+    def _check_data_parallel(self) -> None:
+        """Under torchrun, the whole-run counts must split evenly over the processes (checked before
+        anything is generated, with the fix in the message)."""
+        world = self._dist.world_size
+        if world <= 1:
+            return
+        a = self.args
+        self._per_rank(a.rollout_buffer_size, "rollout_buffer_size")
+        self._per_rank(a.train_batch_size, "train_batch_size")
+        per_step = self._items_per_step()
+        if per_step % world:
+            raise ValueError(
+                f"a training step covers {per_step} items (from rollout_buffer_size={a.rollout_buffer_size}), which cannot "
+                f"be split over {world} processes; choose rollout_buffer_size so that the items per step are a multiple of {world}."
+            )
+        length = dataset_length(self.train_dataset)
+        if length is not None and length % world:
+            raise ValueError(
+                f"the training dataset has {length} items, which cannot be split evenly over {world} processes: uneven item "
+                f"counts would leave ranks with different numbers of updates. Use a dataset length that is a multiple of {world}."
+            )
+        if a.num_turns > 1 and a.early_termination_threshold is not None:
+            raise ValueError(
+                "early_termination_threshold ends tree branches depending on each rank's rewards, so ranks would hold "
+                "different numbers of samples; set early_termination_threshold=None for data-parallel multi-turn training."
+            )
 
     def _set_generation_kwargs(self, kwargs: Mapping[str, Any]) -> None:
         from transformers import GenerationConfig
@@ -240,7 +315,8 @@ class TrainerBase(TrainingCheckpointMixin):
             try:
                 for start, items in self._epoch_steps(self.state.position):
                     self._maybe_evaluate(start, len(items))
-                    self._train_step(items)
+                    local, ids = self._dist.shard(start, items)
+                    self._train_step(local, ids)
                     self.state.position = start + len(items)
                     self.state.global_step += 1
                     row = self.metrics.flush(self.env_step)
@@ -278,7 +354,7 @@ class TrainerBase(TrainingCheckpointMixin):
 
     def _maybe_evaluate(self, start: int, count: int) -> None:
         interval = self.args.eval_interval
-        if self.eval_dataset is None or interval <= 0:
+        if self.eval_dataset is None or interval <= 0 or not self._dist.is_main:  # rank 0 evaluates for the run
             return
         if any((start + offset) % interval == 0 for offset in range(count)):
             self.evaluate()
@@ -297,6 +373,8 @@ class TrainerBase(TrainingCheckpointMixin):
         components = CheckpointComponents()
         components.add_models("agents", self.agents)
         components.add_state("policy_versions", PolicyVersions(self.policies), check=PolicyVersions.check)
+        if self._dist.enabled:  # every process's own buffers and random state (rank 0 writes them all)
+            components.add_state("data_parallel_ranks", RankStates(self), records=self._rank_records())
         progress = DataclassState(self.state)
         components.add_state("progress", progress, check=progress.check)
         components.add_state("metrics", self.metrics)
@@ -306,7 +384,36 @@ class TrainerBase(TrainingCheckpointMixin):
         datasets = {"train_dataset": self.train_dataset, "eval_dataset": self.eval_dataset}
         return components.add_callbacks({name: d for name, d in datasets.items() if is_map_dataset(d)})
 
+    def _rank_records(self) -> tuple:
+        """Dataclass types the rollout buffers hold (for the per-rank checkpoint state)."""
+        return ()
+
+    # data parallelism: rank 0 writes checkpoints that hold every rank's buffers and RNG state
+    def _checkpoint_is_writer(self) -> bool:
+        return self._dist.is_main
+
+    def _checkpoint_share(self, value: Any) -> Any:
+        return self._dist.broadcast_object(value)
+
+    def _checkpoint_barrier(self) -> None:
+        self._dist.barrier()
+
+    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> None:
+        if self._dist.enabled:
+            own = {"rollout_buffers": self.rollout_buffers, "rng": dict(rng)}
+            self._gathered_rank_states = self._dist.gather_objects(own)
+
+    def _checkpoint_own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
+        restored = getattr(self, "_restored_rank_state", None)
+        return restored["rng"] if restored is not None else rng
+
     def _checkpoint_identity(self) -> Dict[str, Any]:
+        identity = self._checkpoint_base_identity()
+        if self._dist.enabled:
+            identity["data_parallel"] = {"world_size": self._dist.world_size}
+        return identity
+
+    def _checkpoint_base_identity(self) -> Dict[str, Any]:
         return build_identity(
             config=self.args,
             dataset=self.train_dataset,
@@ -342,6 +449,9 @@ class TrainerBase(TrainingCheckpointMixin):
     def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
         """Drop log rows of the abandoned continuation; continue the checkpoint's W&B run unless
         ``wandb_config`` names a run (id or resume)."""
+        restored = getattr(self, "_restored_rank_state", None)
+        if restored is not None:
+            self.rollout_buffers = restored["rollout_buffers"]
         self.metrics.rewind(self.log_history, self.env_step)
         identity = manifest.get("wandb")
         config = self.wandb_config
@@ -363,7 +473,9 @@ class TrainerBase(TrainingCheckpointMixin):
     def _items_per_step(self) -> int:
         raise NotImplementedError
 
-    def _train_step(self, items: List[Any]) -> None:
+    def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
+        """Roll out ``items`` (this process's share of the step; ``item_ids`` their indices in the
+        whole step, the identity of their random streams) and update."""
         raise NotImplementedError
 
     def _flush_buffers(self) -> None:
@@ -446,13 +558,15 @@ class TrainerBase(TrainingCheckpointMixin):
         new trainer as ``agents=[".../agent_0", ...]``. Existing non-empty folders are refused unless
         ``overwrite=True``. A W&B run stays open.
         """
-        targets = self._agent_export_dirs(output_dir)
-        for target in targets:
-            check_target_free(target, overwrite)
-        for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
-            save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
-        if self._wandb is not None:
-            self._wandb.write({"final_model_saved": 1.0}, self.env_step)
+        if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
+            targets = self._agent_export_dirs(output_dir)
+            for target in targets:
+                check_target_free(target, overwrite)
+            for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
+                save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
+            if self._wandb is not None:
+                self._wandb.write({"final_model_saved": 1.0}, self.env_step)
+        self._dist.barrier()
 
     def _export_model(self, model: nn.Module) -> nn.Module:
         return model

@@ -296,6 +296,24 @@ class TrainingCheckpointMixin:
     def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
         """Called after every component is restored and before the RNG is."""
 
+    # data parallelism (see TrainerBase): one writer, the others take part in gathering their states
+    def _checkpoint_is_writer(self) -> bool:
+        return True
+
+    def _checkpoint_share(self, value: Any) -> Any:
+        """The writer's ``value`` on every process."""
+        return value
+
+    def _checkpoint_barrier(self) -> None:
+        pass
+
+    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> None:
+        """Collect what every process must contribute to the next checkpoint (collective)."""
+
+    def _checkpoint_own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The RNG state this process resumes with (the checkpoint's, or its own rank's)."""
+        return rng
+
     # ------------------------------------------------------------------ public
     def save_checkpoint(self, output_dir: str) -> str:
         """Write a checkpoint of the trainer as it is now into ``output_dir`` (new or empty); return it.
@@ -305,7 +323,7 @@ class TrainingCheckpointMixin:
         """
         self._checkpoint_require_consistent("save_checkpoint")
         target = os.path.abspath(os.fspath(output_dir))
-        if os.path.exists(target):
+        if os.path.exists(target) and self._checkpoint_is_writer():
             if not os.path.isdir(target) or os.listdir(target):
                 raise FileExistsError(f"{target} already exists and is not an empty directory; refusing to overwrite it. Choose a new path.")
             os.rmdir(target)
@@ -341,9 +359,11 @@ class TrainingCheckpointMixin:
         run_id = plan.manifest["run_id"] if plan is not None else self._checkpoint_run_id
         if schedule.directory is not None:
             resuming = run_id is not None
-            run_id = run_id or uuid.uuid4().hex
+            run_id = self._checkpoint_share(run_id or uuid.uuid4().hex)
             layout.check_directory(schedule.directory, run_id, resuming)
-            layout.open_directory(schedule.directory, run_id)
+            if self._checkpoint_is_writer():
+                layout.open_directory(schedule.directory, run_id)
+            self._checkpoint_barrier()
         if plan is not None:
             self._checkpoint_apply(plan)
         self._checkpoint_run_id = run_id
@@ -371,10 +391,16 @@ class TrainingCheckpointMixin:
             self._checkpoint_save_to_directory(schedule, layout.epoch_checkpoint_name(epoch))
 
     def _checkpoint_save_to_directory(self, schedule: CheckpointSchedule, name: str) -> str:
-        sequence = layout.next_sequence(schedule.directory, self._checkpoint_run_id, self._checkpoint_sequence)
-        name = layout.free_name(schedule.directory, name)
+        if self._checkpoint_is_writer():
+            sequence = layout.next_sequence(schedule.directory, self._checkpoint_run_id, self._checkpoint_sequence)
+            name = layout.free_name(schedule.directory, name)
+        else:
+            sequence = 0
+        sequence, name = self._checkpoint_share((sequence, name))
         path = self._checkpoint_write(os.path.join(schedule.directory, name), sequence)
-        layout.prune(schedule.directory, self._checkpoint_run_id, schedule.total_limit)
+        if self._checkpoint_is_writer():
+            layout.prune(schedule.directory, self._checkpoint_run_id, schedule.total_limit)
+        self._checkpoint_barrier()
         return path
 
     # ------------------------------------------------------------------ internals
@@ -394,7 +420,13 @@ class TrainingCheckpointMixin:
     def _checkpoint_write(self, target: str, sequence: int) -> str:
         rng = capture_rng_state()
         if self._checkpoint_run_id is None:
-            self._checkpoint_run_id = uuid.uuid4().hex
+            self._checkpoint_run_id = self._checkpoint_share(uuid.uuid4().hex)
+        self._checkpoint_prepare(rng)
+        if not self._checkpoint_is_writer():
+            restore_rng_state(rng)
+            self._checkpoint_barrier()
+            self._checkpoint_sequence = sequence
+            return target
         parent = os.path.dirname(target)
         staging = layout.staging_folder(parent, sequence, self._checkpoint_run_id)
         try:
@@ -409,6 +441,7 @@ class TrainingCheckpointMixin:
             raise
         finally:
             restore_rng_state(rng)
+        self._checkpoint_barrier()
         self._checkpoint_sequence = sequence
         return target
 
@@ -445,6 +478,14 @@ class TrainingCheckpointMixin:
                     f"sha256 {saved_tokenizers[name]['sha256'][:12]}..., here {tokenizers[name]['class']} sha256 "
                     f"{tokenizers[name]['sha256'][:12]}...): vocabulary, special tokens, chat template or settings changed."
                 )
+        saved_world = (manifest.get("data_parallel") or {}).get("world_size", 1)
+        world = (current.get("data_parallel") or {}).get("world_size", 1)
+        if saved_world != world:
+            raise CheckpointError(
+                f"The checkpoint was written by a run of {saved_world} data-parallel process(es); this run has {world}. "
+                f"Each process's rollout buffers and random streams are in it, so resume with "
+                f"`torchrun --nproc_per_node={saved_world}` (or a single process when it says 1)."
+            )
         saved, now = manifest.get("dataset"), current.get("dataset")
         if saved is None or now is None:
             return
@@ -466,7 +507,7 @@ class TrainingCheckpointMixin:
         self._checkpoint_sequence = plan.manifest["sequence"]
         self._training_failure = None
         self._checkpoint_restored(plan.manifest)
-        restore_rng_state(plan.rng)
+        restore_rng_state(self._checkpoint_own_rng(plan.rng))
 
 
 def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], wandb: Optional[Mapping[str, Any]], progress: Mapping[str, Any], generation: Mapping[str, Any]) -> Dict[str, Any]:

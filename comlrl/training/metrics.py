@@ -86,9 +86,11 @@ class JsonlSink:
 class MetricsLogger:
     """Gated, averaging metrics front-end over a list of sinks."""
 
-    def __init__(self, sinks: List[Any], logging_steps: int = 1):
+    def __init__(self, sinks: List[Any], logging_steps: int = 1, merge: Optional[Any] = None):
         self.sinks = list(sinks)
         self.logging_steps = logging_steps
+        # (sums, counts) -> the same added up over data-parallel ranks; None: a single process
+        self.merge = merge
         self.last_logged_step: Optional[int] = None
         self._sums: Dict[str, float] = defaultdict(float)
         self._counts: Dict[str, int] = defaultdict(int)
@@ -110,8 +112,14 @@ class MetricsLogger:
         return self.last_logged_step is None or step - self.last_logged_step >= self.logging_steps
 
     def flush(self, step: int, force: bool = False) -> Optional[Dict[str, float]]:
-        """Emit the averaged row at ``step`` if the gate is open (or ``force``); return it."""
-        if not self._counts or not (force or self.due(step)):
+        """Emit the averaged row at ``step`` if the gate is open (or ``force``); return it. Under
+        data parallelism every rank calls it at the same points and the row averages all ranks'."""
+        if not (force or self.due(step)):
+            return None
+        if self.merge is not None:
+            sums, counts = self.merge(dict(self._sums), dict(self._counts))
+            self._sums, self._counts = defaultdict(float, sums), defaultdict(int, counts)
+        if not self._counts:
             return None
         row = {key: self._sums[key] / self._counts[key] for key in sorted(self._counts)}
         self._sums.clear()

@@ -15,7 +15,7 @@ state dict) and offers two schedules with the same arithmetic:
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 import torch.nn as nn
@@ -33,6 +33,7 @@ class AgentOptimizer:
         fused: Optional[bool],
         max_grad_norm: Optional[float],
         in_backward: bool,
+        grad_sync: Optional[Callable[[torch.Tensor], Any]] = None,
     ):
         self.params: List[nn.Parameter] = [p for p in parameters if p.requires_grad]
         if in_backward and max_grad_norm is not None:
@@ -48,6 +49,8 @@ class AgentOptimizer:
         )
         self.max_grad_norm = max_grad_norm
         self.in_backward = in_backward
+        # data parallelism: averages a gradient across ranks in place, before it is used
+        self.grad_sync = grad_sync
         self.updates = 0  # optimizer steps taken (the policy version of the samples an agent draws)
         self._armed = False
         self._sq_norm: Optional[torch.Tensor] = None
@@ -63,6 +66,8 @@ class AgentOptimizer:
         if not self._armed:
             return  # an earlier micro-batch: keep accumulating
         grad = param.grad
+        if self.grad_sync is not None:
+            self.grad_sync(grad)
         square = grad.detach().float().pow(2).sum()
         self._sq_norm = square if self._sq_norm is None else self._sq_norm + square
         if not torch.isfinite(square):
@@ -98,6 +103,11 @@ class AgentOptimizer:
                     f"or check the rewards."
                 )
             return norm
+        if self.grad_sync is not None:  # every rank reduces every parameter, in the same order
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                self.grad_sync(p.grad)
         params = [p for p in self.params if p.grad is not None]
         limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
         norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0

@@ -43,7 +43,6 @@ from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, n
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
-from comlrl.training.devices import resolve_devices
 from comlrl.training.optim import AgentOptimizer
 
 
@@ -98,7 +97,8 @@ class ActorCriticTrainerBase(TrainerBase):
         self.model_name = plan.model_name
         self.formatters = build_formatters(formatters, count, pass_none_external_prompts=True)
         self.reward = RewardFunction(reward_func, count, reward_processor)
-        self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
+        self._join_data_parallel(args)
+        self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
         reference_devices = self._reference_devices(self.agent_devices)
         self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
@@ -225,6 +225,9 @@ class ActorCriticTrainerBase(TrainerBase):
     def _named_critic_optimizers(self) -> List[Tuple[str, torch.optim.Optimizer]]:
         raise NotImplementedError
 
+    def _rank_records(self) -> tuple:
+        return (RolloutSample,)
+
     def _checkpoint_components(self) -> CheckpointComponents:
         components = super()._checkpoint_components()
         components.add_models("critics", self.critics)  # a critic shared by several slots is written once
@@ -298,10 +301,10 @@ class ActorCriticTrainerBase(TrainerBase):
         per_item = k * sum(k**t for t in range(turns))
         return max(1, self.args.rollout_buffer_size // per_item)
 
-    def _train_step(self, items: List[Any]) -> None:
+    def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
         k = self.args.num_generations
-        result = self._tree(num_generations=k).run(items, self.env_step)
-        self.env_step += result.env_steps
+        result = self._tree(num_generations=k).run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
+        self.env_step += self._dist.sum_int(result.env_steps)
         per_item = self._collect(result, k, training=True)
         samples = [s for item_samples in per_item for s in item_samples]
         for sample in samples:
@@ -311,7 +314,7 @@ class ActorCriticTrainerBase(TrainerBase):
             self.metrics.record(self._callback_metrics(item_samples))
         for agent in range(self.num_agents):
             self.rollout_buffers[agent].extend(s for s in samples if s.agent_idx == agent)
-        if len(self.rollout_buffers[0]) >= self.args.rollout_buffer_size:
+        if len(self.rollout_buffers[0]) >= self._per_rank(self.args.rollout_buffer_size, "rollout_buffer_size"):
             self._drain()
 
     def _flush_buffers(self) -> None:
@@ -353,13 +356,16 @@ class ActorCriticTrainerBase(TrainerBase):
             group = [[s for s in buffer if s.turn_idx == turn] for buffer in buffers]
             center = self.args.critic_type == "q" and self.args.num_generations == 1
             for samples in group:
-                advantages = normalized_advantages(samples, self.args.advantage_normalization, center_leave_one_out=center)
+                advantages = normalized_advantages(
+                    samples, self.args.advantage_normalization, center_leave_one_out=center,
+                    sum_over_ranks=self._dist.sum_tensors if self._dist.enabled else None,
+                )
                 for sample, advantage in zip(samples, advantages):
                     sample.normalized_advantage = advantage
             for _ in range(self.args.update_epochs):
                 order = list(range(len(group[0])))
                 random.shuffle(order)
-                for minibatch in chunked(order, self.args.train_batch_size):
+                for minibatch in chunked(order, self._per_rank(self.args.train_batch_size, "train_batch_size")):
                     self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
 
     def _update_minibatch(self, batch: List[List[RolloutSample]]) -> None:

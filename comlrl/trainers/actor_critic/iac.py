@@ -22,7 +22,6 @@ from comlrl.trainers.actor_critic.ac_base import ActorCriticTrainerBase
 from comlrl.trainers.actor_critic.config import IACConfig
 from comlrl.trainers.actor_critic.export import ExportEntry, agent_dirs
 from comlrl.trainers.actor_critic.samples import RolloutSample
-from comlrl.training.devices import resolve_devices
 
 __all__ = ["IACConfig", "IACTrainer", "RolloutSample"]
 
@@ -64,7 +63,7 @@ class IACTrainer(ActorCriticTrainerBase):
         elif self.args.critic_devices is None:
             self.critic_devices = list(self.agent_devices)
         else:
-            self.critic_devices = resolve_devices(self.args.critic_devices, count, "critic_devices")
+            self.critic_devices = self._model_devices(self.args.critic_devices, count, "critic_devices")
         return self.critic_devices
 
     @property

@@ -24,7 +24,6 @@ from comlrl.rollout.tree import Node
 from comlrl.trainers.actor_critic.ac_base import ActorCriticTrainerBase
 from comlrl.trainers.actor_critic.config import MAACConfig
 from comlrl.trainers.actor_critic.export import CRITIC_DIR, ExportEntry, agent_dirs
-from comlrl.training.devices import resolve_devices
 
 __all__ = ["MAACConfig", "MAACTrainer", "joint_critic_text"]
 
@@ -65,7 +64,7 @@ class MAACTrainer(ActorCriticTrainerBase):
                 f"critic_devices names {len(spec)} devices but MAAC has one centralized critic; give one device, "
                 f"e.g. critic_devices='cuda:1'."
             )
-        self.critic_device = self.agent_devices[0] if spec is None else resolve_devices(spec, 1, "critic_devices")[0]
+        self.critic_device = self.agent_devices[0] if spec is None else self._model_devices(spec, 1, "critic_devices")[0]
         return [self.critic_device]
 
     @property

@@ -26,7 +26,6 @@ from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
-from comlrl.training.devices import resolve_devices
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
 NodeSample = GroupSample
@@ -78,7 +77,8 @@ class MAGRPOTrainer(TrainerBase):
                 raise ValueError(f"{name} must be callable, got {type(value).__name__}.")
         model_config = check_model_config(model_config)
         self.args = args
-        self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
+        self._join_data_parallel(args)
+        self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         reference_devices = self._reference_devices(self.agent_devices)
 
         self.num_agents = count
@@ -104,6 +104,9 @@ class MAGRPOTrainer(TrainerBase):
             "agent_learning_rate": a.agent_learning_rate, "num_train_epochs": a.num_train_epochs,
             "max_new_tokens": a.max_new_tokens, "num_generations": a.num_generations,
         }
+
+    def _rank_records(self) -> tuple:
+        return (GroupSample,)
 
     def _checkpoint_components(self) -> CheckpointComponents:
         components = super()._checkpoint_components()
@@ -133,14 +136,15 @@ class MAGRPOTrainer(TrainerBase):
         groups = self.args.rollout_buffer_size * self.args.buffers_per_generation
         return max(1, groups // self._nodes_per_tree())
 
-    def _train_step(self, items: List[Any]) -> None:
-        result = self._tree(num_generations=self.args.num_generations).run(items, self.env_step)
-        self.env_step += result.env_steps
+    def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
+        tree = self._tree(num_generations=self.args.num_generations)
+        result = tree.run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
+        self.env_step += self._dist.sum_int(result.env_steps)
         self._record_rollout(result)
         for sample in result.samples:
             sample.policy_version = self.policies[sample.agent_idx].version
             self.rollout_buffers[sample.agent_idx].append(sample)
-        size = self.args.rollout_buffer_size
+        size = self._per_rank(self.args.rollout_buffer_size, "rollout_buffer_size")
         batches: List[List[List[GroupSample]]] = [[] for _ in self.rollout_buffers]
         for agent, buffer in enumerate(self.rollout_buffers):
             while len(buffer) >= size:
@@ -197,7 +201,7 @@ class MAGRPOTrainer(TrainerBase):
         for turn in sorted({s.turn_idx for s in samples}):
             group = [s for s in samples if s.turn_idx == turn]
             rng.shuffle(group)
-            for minibatch in chunked(group, self.args.train_batch_size):
+            for minibatch in chunked(group, self._per_rank(self.args.train_batch_size, "train_batch_size")):
                 metrics = self._policy_step(agent, list(minibatch))
                 rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
         return rows

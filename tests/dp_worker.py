@@ -1,0 +1,23 @@
+"""One process of a data-parallel test run (started by ``torch.distributed.run`` from test_data_parallel.py).
+
+argv[1]: a JSON file with ``paths`` (tiny model dirs), ``scenario`` and ``out`` (a directory).
+The trainer joins torchrun's process group by itself: nothing here sets it up.
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import conftest  # noqa: E402,F401  (offline settings, one thread)
+import torch  # noqa: E402
+from dp_scenarios import SCENARIOS, seed_everything  # noqa: E402
+
+settings = json.load(open(sys.argv[1]))
+rank = int(os.environ["RANK"])
+seed_everything(0)
+result = SCENARIOS[settings["scenario"]](settings["paths"], settings["out"])
+if rank == 0:
+    torch.save(result, os.path.join(settings["out"], f"{settings['scenario']}.pt"))
+print(f"rank {rank} done", flush=True)
