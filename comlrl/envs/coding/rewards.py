@@ -17,9 +17,9 @@ The terms are added in the original's order so every reward is the original's fl
 by default, each with an opt-in correction (``CodeQuirkFixes``): the ignored-result penalty
 practically never fires (``fix_ignored_aux_call``: an AST check); the wrapper check treats
 everything after a stand-alone closing docstring line as docstring (``fix_wrapper_check``); an
-``assert f(args) == expected`` is first split by a regular expression and both halves evaluated,
-so a call with a ``)`` inside its arguments fails (``fix_assert_pre_evaluation``: run the assert
-as written).
+``assert f(args) == expected`` is first split by a regular expression and both halves evaluated
+on their own, so the candidate runs twice per assert and a stateful one sees its own first call
+(``fix_assert_pre_evaluation``: run each assert once, as written).
 """
 
 from __future__ import annotations

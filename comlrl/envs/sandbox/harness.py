@@ -20,7 +20,7 @@ Assert semantics follow the original task's reward: the code is executed once in
 (``{"math": math}`` when ``seed_math``), then each assert with a per-test alarm; after
 ``max_timeouts`` timed-out asserts the rest are skipped. With ``pre_evaluate`` an assert shaped
 ``assert name(args) == expected`` (a regular-expression split, as the original) first evaluates
-``name(args)`` and ``expected`` separately, so a split that cannot be evaluated fails the assert.
+``name(args)`` and ``expected`` separately (the candidate runs twice; an error in either fails it).
 """
 
 import json
