@@ -41,7 +41,10 @@ ALIASES = {"str_build": "strbuild", "house_build": "housebuild", "che": "coophum
 def option(default: Any, yaml: Optional[str], doc: str = "") -> Any:
     """A field of an environment's options dataclass: its default, and where a run config sets it
     (a dotted YAML path such as ``"external.mode"``; None: only settable from Python)."""
-    return dataclasses.field(default=default, metadata={"yaml": yaml, "doc": doc})
+    metadata = {"yaml": yaml, "doc": doc}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def option_yaml_paths(options_cls: type) -> Dict[str, str]:
