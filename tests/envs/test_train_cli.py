@@ -98,6 +98,15 @@ def test_iac_tldr_separate_critics(chat_models, tmp_path):
     assert os.path.exists(run / "agent_0" / "critic" / "value_head.pt") and os.path.exists(run / "agent_1" / "critic" / "value_head.pt")
 
 
+def test_iac_tldr_value_heads(chat_models, tmp_path):
+    qwen, llama = chat_models["qwen"], chat_models["llama"]
+    run = train("configs/iac_tldr_config.yaml", [f'agents=["{qwen}","{llama}"]', "agent_model.name=None", "critics=None",
+                "critic_model.name=None", "iac.use_separate_critic=false", *tiny("iac")], tmp_path / "run")
+    metrics, _ = check_run(run, ["level_1", "reward"])
+    assert os.path.exists(run / "agent_1" / "value_head.pt") and not os.path.exists(run / "agent_1" / "critic")
+    assert any("agent_0/value_loss" in row for row in metrics)
+
+
 # ----------------------------------------------------------------------------- code
 
 
