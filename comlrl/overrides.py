@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, MutableMapping, Sequence, Tuple
+from typing import Any, Dict, List, MutableMapping, Sequence, Tuple
 
 import yaml
 
@@ -109,9 +109,3 @@ def as_text(value: Any, raw: str) -> str:
         text = text[1:-1]
     return text if not isinstance(value, str) else value
 
-
-def deep_merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> Dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        out[key] = deep_merge(out[key], value) if isinstance(out.get(key), Mapping) and isinstance(value, Mapping) else value
-    return out

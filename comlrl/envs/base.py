@@ -177,6 +177,22 @@ def get_environment(name: str, **options: Any) -> Environment:
 # ----------------------------------------------------------------------------- helpers for families
 
 
+def check_options(options: Any, *, modes: Sequence[str] = (), aliases: Optional[Mapping[str, str]] = None, flags: Sequence[str] = ()) -> None:
+    """The checks every options dataclass shares: ``num_turns`` an integer >= 1, ``external_mode``
+    (normalized through ``aliases``) one of ``modes`` when given, each of ``flags`` a bool."""
+    turns = options.num_turns
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise ValueError(f"num_turns must be an integer >= 1, got {turns!r}.")
+    if modes:
+        mode = str(options.external_mode or "").strip().lower()
+        options.external_mode = (aliases or {}).get(mode, mode)
+        if options.external_mode not in modes:
+            raise ValueError(f"external_mode (external.mode) must be one of {', '.join(modes)}; got {options.external_mode!r}.")
+    for name in flags:
+        if not isinstance(getattr(options, name), bool):
+            raise ValueError(f"{name} must be true or false, got {getattr(options, name)!r}.")
+
+
 def rows_for(batch_items: Optional[Sequence[Any]], count: int, env: str) -> List[Any]:
     """One dataset row per joint response: ``batch_items`` of length 1 is shared, else it must
     have ``count`` entries."""

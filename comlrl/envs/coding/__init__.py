@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, normalize_prompt, option, reward_from_details
+from comlrl.envs.base import (
+    DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, check_options, normalize_prompt, option, reward_from_details,
+)
 from comlrl.envs.coding import analysis
 from comlrl.envs.coding.feedback import MODE_ALIASES, MODES, CodeTransition, expert_edits_client
 from comlrl.envs.coding.rewards import CodeQuirkFixes, code_details, row_fields
@@ -43,16 +45,9 @@ class CodeOptions:
     memory_mb: int = option(1024, "sandbox.memory_mb", "Address-space limit per candidate, MiB.")
 
     def __post_init__(self) -> None:
-        if isinstance(self.num_turns, bool) or not isinstance(self.num_turns, int) or self.num_turns < 1:
-            raise ValueError(f"num_turns must be an integer >= 1, got {self.num_turns!r}.")
-        mode = str(self.external_mode or "").strip().lower()
-        self.external_mode = MODE_ALIASES.get(mode, mode)
-        if self.external_mode not in MODES:
-            raise ValueError(f"external_mode (external.mode) must be one of {', '.join(MODES)}; got {self.external_mode!r}.")
+        check_options(self, modes=MODES, aliases=MODE_ALIASES, flags=(
+            "original_prompt", "previous_response", "fix_ignored_aux_call", "fix_wrapper_check", "fix_assert_pre_evaluation"))
         self.sandbox_slice = _slice_count(self.sandbox_slice)
-        for name in ("original_prompt", "previous_response", "fix_ignored_aux_call", "fix_wrapper_check", "fix_assert_pre_evaluation"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}.")
         for name in ("test_timeout_s", "memory_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Callable, Dict, List, Optional
 
-from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, option, reward_from_details
+from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, check_options, option, reward_from_details
 from comlrl.envs.minecraft import commands, housebuild, strbuild
 from comlrl.envs.minecraft.feedback import (
     HOUSEBUILD_MODES, MODE_ALIASES, STRBUILD_MODES, MinecraftTransition, housebuild_feedback, strbuild_feedback,
@@ -29,15 +29,8 @@ __all__ = ["STRBUILD", "HOUSEBUILD", "StrBuildOptions", "HouseBuildOptions"]
 
 
 def _check_common(options: Any, modes: tuple) -> None:
-    if isinstance(options.num_turns, bool) or not isinstance(options.num_turns, int) or options.num_turns < 1:
-        raise ValueError(f"num_turns must be an integer >= 1, got {options.num_turns!r}.")
-    mode = str(options.external_mode or "").strip().lower()
-    options.external_mode = MODE_ALIASES.get(mode, mode)
-    if options.external_mode not in modes:
-        raise ValueError(f"external_mode (external.mode) must be one of {', '.join(modes)}; got {options.external_mode!r}.")
-    for name in ("original_prompt", "previous_response", "use_chat_template", "chat_template_all_turns"):
-        if not isinstance(getattr(options, name), bool):
-            raise ValueError(f"{name} must be true or false, got {getattr(options, name)!r}.")
+    check_options(options, modes=modes, aliases=MODE_ALIASES,
+                  flags=("original_prompt", "previous_response", "use_chat_template", "chat_template_all_turns"))
     for name in ("block_agent1", "block_agent2"):
         value = getattr(options, name)
         if isinstance(value, str) or not isinstance(value, (list, tuple)) or not all(isinstance(b, str) for b in value):

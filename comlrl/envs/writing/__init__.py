@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
-from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, batch_scorer, option, reward_from_details
+from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, batch_scorer, check_options, option, reward_from_details
 from comlrl.envs.sources import DatasetSource, load_rows
 from comlrl.envs.writing.rewards import ARXIV_REWARD, TLDR_REWARD, WritingQuirkFixes, WritingReward, writing_details
 
@@ -47,9 +47,7 @@ class WritingOptions:
                 f"num_turns={self.num_turns!r}: the writing tasks are single-turn (as in the original, which refuses "
                 f"other values); set num_turns=1."
             )
-        for name in ("strict_band_edges", "full_transition_scale", "transition_word_boundaries", "vocabulary_excludes_stopwords"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}.")
+        check_options(self, flags=("strict_band_edges", "full_transition_scale", "transition_word_boundaries", "vocabulary_excludes_stopwords"))
 
     def fixes(self) -> WritingQuirkFixes:
         return WritingQuirkFixes(

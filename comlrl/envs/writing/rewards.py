@@ -162,25 +162,12 @@ def writing_details(c1: str, c2: str, spec: WritingReward, fixes: WritingQuirkFi
         return _finish(out)
     out["level_1"], out["levels_passed"] = 0.5, 1.0
 
-    if len(c1) == 0:
+    if len(c1) == 0 or not _band_level(out, 2, "length_ratio", len(c2) / len(c1), spec.length_band, fixes):
         return _finish(out)
-    length_ratio = len(c2) / len(c1)
-    out["length_ratio"] = length_ratio
-    term = _gated(band_term(length_ratio, spec.length_band), fixes)
-    if term is None:
-        return _finish(out)
-    out["level_2"], out["levels_passed"] = term, 2.0
-
     vocab_1 = word_set(c1, drop_stopwords=fixes.vocabulary_excludes_stopwords)
     vocab_2 = word_set(c2, drop_stopwords=fixes.vocabulary_excludes_stopwords)
-    if not vocab_1:
+    if not vocab_1 or not _band_level(out, 3, "unique_words_ratio", len(vocab_2) / len(vocab_1), spec.vocabulary_band, fixes):
         return _finish(out)
-    vocab_ratio = len(vocab_2) / len(vocab_1)
-    out["unique_words_ratio"] = vocab_ratio
-    term = _gated(band_term(vocab_ratio, spec.vocabulary_band), fixes)
-    if term is None:
-        return _finish(out)
-    out["level_3"], out["levels_passed"] = term, 3.0
 
     style_text = c1 + c2 if spec.transitions_in_both else c2
     categories = transition_categories(style_text, word_boundaries=fixes.transition_word_boundaries)
@@ -192,11 +179,15 @@ def writing_details(c1: str, c2: str, spec: WritingReward, fixes: WritingQuirkFi
     return _finish(out)
 
 
-def _gated(term: Optional[float], fixes: WritingQuirkFixes) -> Optional[float]:
-    """A level's term, or None when the gate stops (outside the band, or on its edge when strict)."""
+def _band_level(out: Dict[str, float], level: int, ratio_key: str, ratio: float, band: Band, fixes: WritingQuirkFixes) -> bool:
+    """Record ``ratio`` and the level's term; False when the gate stops (outside the band, or on its
+    outer edge with ``strict_band_edges``)."""
+    out[ratio_key] = ratio
+    term = band_term(ratio, band)
     if term is None or (fixes.strict_band_edges and term == 0.0):
-        return None
-    return term
+        return False
+    out[f"level_{level}"], out["levels_passed"] = term, float(level)
+    return True
 
 
 def _finish(out: Dict[str, float]) -> Dict[str, float]:
