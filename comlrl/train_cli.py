@@ -16,12 +16,15 @@ import argparse
 import json
 import os
 import random
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
 import yaml
 
 RUN_FILES = ("resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
+TENSORBOARD_DIR = "tensorboard"
+SAVED_DIRS = ("agent_0", "agent_1", "critic")
 MODEL_NAME_KEYS = ("agent_model", "agents", "critic_model", "critics")
 
 
@@ -74,6 +77,8 @@ def run_train(args: argparse.Namespace) -> int:
             print(yaml.safe_dump(resolved, sort_keys=False, width=120), end="")
         return 0
     check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
+    if plan.output["save_final_model"]:
+        check_save_path(plan.output["save_path"], overwrite=args.overwrite)
     run(plan, overwrite=args.overwrite)
     return 0
 
@@ -82,7 +87,7 @@ def check_run_dir(path: str, *, overwrite: bool, resuming: bool) -> None:
     """Refuse a directory holding an earlier run's files unless overwriting (they are removed) or resuming."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(f"The run directory {path!r} is a file; choose another --output-dir (or output.base_dir).")
-    found = [name for name in RUN_FILES if os.path.exists(os.path.join(path, name))]
+    found = [name for name in (*RUN_FILES, TENSORBOARD_DIR) if os.path.exists(os.path.join(path, name))]
     if not found or resuming:
         return
     if not overwrite:
@@ -91,7 +96,18 @@ def check_run_dir(path: str, *, overwrite: bool, resuming: bool) -> None:
             f"--output-dir, pass --overwrite to replace that run's files, or --resume to continue it from a checkpoint."
         )
     for name in found:
-        os.remove(os.path.join(path, name))
+        target = os.path.join(path, name)
+        shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+
+
+def check_save_path(path: str, *, overwrite: bool) -> None:
+    """Refuse, before training, agents saved earlier where this run will save its own (unless overwriting)."""
+    taken = [name for name in SAVED_DIRS if os.path.isdir(os.path.join(path, name)) and os.listdir(os.path.join(path, name))]
+    if taken and not overwrite:
+        raise FileExistsError(
+            f"{path!r} already holds saved models ({', '.join(taken)}) where this run saves its agents; pass --overwrite to "
+            f"replace them at the end, set output.save_path elsewhere, or output.save_final_model=false."
+        )
 
 
 # ----------------------------------------------------------------------------- assembly

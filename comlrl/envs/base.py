@@ -69,7 +69,9 @@ class Environment:
 
     ``name``, ``num_agents``, ``num_turns``, ``formatters`` (one callable per agent: row -> prompt),
     ``reward_func``, ``reward_details``, ``external_transition`` (None for single-turn tasks),
-    ``options`` (the validated options dataclass) and ``load_dataset(split, offline)``.
+    ``options`` (the validated options dataclass), ``rows`` (the ``RowIndex`` transitions read) and
+    ``load_dataset(split, offline)``. Families add what is theirs: the code tasks' ``sandbox``,
+    HouseBuild's ``seed`` and ``threat``.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class Environment:
         external_transition: Optional[Callable[..., List[str]]],
         options: Any,
         loader: Callable[..., Any],
+        rows: Optional["RowIndex"] = None,
     ):
         self.name = name
         self.num_agents = num_agents
@@ -93,6 +96,7 @@ class Environment:
         self.reward_details = reward_details
         self.external_transition = external_transition
         self.options = options
+        self.rows = rows if rows is not None else RowIndex(name)
         self._loader = loader
 
     def load_dataset(

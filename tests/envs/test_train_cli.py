@@ -198,6 +198,11 @@ def test_run_directory_is_protected(chat_models, tmp_path, capsys):
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == first  # nothing touched
     train("magrpo_tldr_config.yaml", overrides, tmp_path / "run", extra=["--overwrite"])
     assert len(read_jsonl(tmp_path / "run" / "metrics.jsonl")) == len(first.splitlines())  # replaced, not appended
+    # agents saved by an earlier run are refused before training, even when resuming, unless --overwrite
+    elsewhere = overrides + [f"output.save_path={tmp_path / 'run'}"]
+    assert main(["train", "--config", "magrpo_tldr_config.yaml", "--output-dir", str(tmp_path / "other"), "--override", *elsewhere]) == 2
+    assert "already holds saved models (agent_0, agent_1)" in capsys.readouterr().err
+    assert not (tmp_path / "other").exists()
 
 
 def test_checkpoints_and_resume_from_the_command_line(chat_models, tmp_path):

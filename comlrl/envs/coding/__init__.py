@@ -146,9 +146,8 @@ def _build(name: str, data: DatasetSource):
         env = Environment(
             name=name, num_agents=2, num_turns=options.num_turns, formatters=formatters,
             reward_func=reward_from_details(details), reward_details=details, external_transition=transition,
-            options=options, loader=loader,
+            options=options, loader=loader, rows=rows,
         )
-        env.rows = rows
         env.sandbox = sandbox
         return env
 

@@ -172,12 +172,11 @@ def _environment(name: str, options: Any, rows: RowIndex, loader, formatters, sc
         return json.dumps(row, sort_keys=True, default=str)
 
     details = batch_scorer(env=name, num_agents=2, score_many=score_many, row_key=row_key, cache=DetailCache())
-    env = Environment(
+    return Environment(
         name=name, num_agents=2, num_turns=options.num_turns, formatters=formatters, reward_func=reward_from_details(details),
         reward_details=details, external_transition=transition if options.num_turns > 1 else None, options=options, loader=loader,
+        rows=rows,
     )
-    env.rows = rows
-    return env
 
 
 # ----------------------------------------------------------------------------- StrBuild
