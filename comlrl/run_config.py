@@ -267,7 +267,7 @@ def _trainer_config(algorithm: Algorithm, section: str, data: Mapping[str, Any],
     for key in SAMPLING_KEYS:
         if key not in values and key in fixed["agent_model"]:
             values[key] = fixed["agent_model"][key]
-    values.setdefault("output_dir", run_dir)
+    values["output_dir"] = run_dir  # already the --output-dir flag, else this section's output_dir, else output.base_dir
     if "verbose" not in values and fixed["output"].get("verbose") is not None:
         values["verbose"] = fixed["output"]["verbose"]
     external = data.get("external") or {}

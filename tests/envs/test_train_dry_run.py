@@ -149,6 +149,15 @@ def test_every_bundled_config_resolves(name, capsys):
     assert d["wandb"] is None and d["output"]["save_final_model"] is True
 
 
+def test_run_directory_precedence(capsys):
+    d = dry_run(["--config", "magrpo_tldr_config.yaml", "--override", "magrpo.output_dir=runs/section"], capsys)
+    assert d["config"]["MAGRPOConfig"]["output_dir"] == "runs/section" == d["output"]["dir"] == d["output"]["save_path"]
+    d = dry_run(["--config", "magrpo_tldr_config.yaml", "--output-dir", "runs/flag", "--override", "magrpo.output_dir=runs/section"], capsys)
+    assert d["config"]["MAGRPOConfig"]["output_dir"] == "runs/flag" == d["output"]["save_path"]
+    d = dry_run(["--config", "magrpo_tldr_config.yaml", "--override", "output.save_path=elsewhere"], capsys)
+    assert (d["output"]["dir"], d["output"]["save_path"]) == ("output_magrpo_tldr", "elsewhere")
+
+
 def test_algorithm_variants_read_the_magrpo_section(capsys):
     d = dry_run(["--config", "magrpo_tldr_config.yaml", "--algorithm", "marloo"], capsys)
     assert d["trainer"] == "MARLOOTrainer" and d["config"]["MARLOOConfig"]["advantage_mode"] == "rloo"
