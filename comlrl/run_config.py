@@ -124,7 +124,8 @@ class RunPlan:
     checkpoint: Dict[str, Any]
     seed: Optional[int]
     source: str
-    sections: Dict[str, Any] = field(default_factory=dict)
+    merged: Dict[str, Any] = field(default_factory=dict)
+    """The config after the overrides, with the drawn seed: a config that repeats this run."""
 
     @property
     def run_dir(self) -> str:
@@ -409,7 +410,7 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
         algorithm=chosen, config=config, environment=environment, environment_options=options, entities=entities,
         model_config=_model_config(fixed, chosen.family), dataset=_dataset(data, raws), output=output,
         reward_processor=reward_processor, wandb=_wandb(fixed, data, section, environment),
-        checkpoint=_checkpoint(fixed["checkpoint"]), seed=seed, source=source, sections=_plain(dict(data)),
+        checkpoint=_checkpoint(fixed["checkpoint"]), seed=seed, source=source, merged=_plain({**data, "seed": seed}),
     )
 
 

@@ -6,7 +6,9 @@
 The command only assembles: config + overrides -> ``RunPlan`` (``comlrl.run_config``, every check,
 no model) -> environment (``comlrl.envs``) -> trainer (``comlrl.algorithms``) -> ``train()`` ->
 ``save_model`` -> reward curve. The run directory (``output.base_dir`` or ``--output-dir``) receives
-``resolved_config.yaml``, ``metrics.jsonl``, ``eval_rows.jsonl``, the agents and ``reward_curve.png``;
+``config.yaml`` (the config after the overrides, seed filled in: ``--config`` of a repeat),
+``resolved_config.yaml`` (what ``--dry-run`` prints), ``metrics.jsonl``, ``eval_rows.jsonl``, the
+agents and ``reward_curve.png``;
 a directory that already holds a run is refused unless ``--overwrite`` or a resume is asked for.
 """
 
@@ -22,7 +24,7 @@ from typing import Any, Callable, Dict, Optional
 
 import yaml
 
-RUN_FILES = ("resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
+RUN_FILES = ("config.yaml", "resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
 TENSORBOARD_DIR = "tensorboard"
 SAVED_DIRS = ("agent_0", "agent_1", "critic")
 MODEL_NAME_KEYS = ("agent_model", "agents", "critic_model", "critics")
@@ -232,8 +234,9 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
     from comlrl.training.plotting import plot_reward_curve
 
     os.makedirs(plan.run_dir, exist_ok=True)
-    with open(os.path.join(plan.run_dir, "resolved_config.yaml"), "w", encoding="utf-8") as handle:
-        yaml.safe_dump(plan.to_dict(), handle, sort_keys=False, width=120)
+    for name, content in (("config.yaml", plan.merged), ("resolved_config.yaml", plan.to_dict())):
+        with open(os.path.join(plan.run_dir, name), "w", encoding="utf-8") as handle:
+            yaml.safe_dump(content, handle, sort_keys=False, width=120)
     c = plan.config
     log(f"comlrl train: {plan.algorithm.name} on {plan.environment}, {plan.entities.num_agents} agents, "
         f"{c.num_train_epochs} epoch(s), {c.num_turns} turn(s); run directory {plan.run_dir}")

@@ -39,7 +39,7 @@ def read_jsonl(path):
 
 def check_run(run_dir, detail_keys, agents=2):
     """Every artifact of a run: resolved config, metrics, eval rows with the env's details, agents, curve."""
-    for name in ("resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png"):
+    for name in ("config.yaml", "resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png"):
         assert os.path.getsize(run_dir / name) > 0, name
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert any("turn_1/reward_mean" in row for row in metrics)
@@ -69,6 +69,18 @@ def test_magrpo_tldr_heterogeneous(chat_models, tmp_path):
     # torch_dtype: auto keeps each checkpoint's dtype: bfloat16 for the Qwen-like, float32 for the Llama-like
     assert (saved_dtype(run / "agent_0"), saved_dtype(run / "agent_1")) == ("bfloat16", "float32")
     assert any("agent_0/loss" in row for row in metrics) and any("agent_1/loss" in row for row in metrics)
+
+
+def test_the_saved_config_repeats_the_run(chat_models, tmp_path, capsys):
+    run = train("magrpo_tldr_config.yaml", [f"agent_model.name={chat_models['llama']}", "magrpo.num_generations=2", *tiny("magrpo")],
+                tmp_path / "run")
+    import yaml
+
+    resolved = yaml.safe_load((run / "resolved_config.yaml").read_text())
+    capsys.readouterr()
+    assert main(["train", "--config", str(run / "config.yaml"), "--output-dir", str(run), "--dry-run", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in again.items() if k != "source"} == {k: v for k, v in resolved.items() if k != "source"}
 
 
 @pytest.mark.parametrize("algorithm", ["mareinforce", "marloo", "maremax"])
