@@ -232,11 +232,16 @@ def test_checkpoints_and_resume_from_the_command_line(chat_models, tmp_path):
 
 
 def test_wandb_is_used_only_when_a_project_is_set(chat_models, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("WANDB_MODE", "disabled")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
+    wandb = pytest.importorskip("wandb", reason="wandb is an optional dependency")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
     overrides = [f"agent_model.name={chat_models['llama']}", "magrpo.num_generations=2", *tiny("magrpo")]
-    train("magrpo_tldr_config.yaml", overrides + ["wandb.project=comlrl-test"], tmp_path / "with")
+    try:
+        train("magrpo_tldr_config.yaml", overrides + ["wandb.project=comlrl-test", f"wandb.dir={tmp_path / 'wandb'}"], tmp_path / "with")
+    finally:
+        wandb.teardown()  # leave no W&B process state to later tests
     assert "W&B is off" not in capsys.readouterr().out
+    assert any(name.startswith("offline-run-") for name in os.listdir(tmp_path / "wandb" / "wandb"))
     import builtins
 
     real_import = builtins.__import__

@@ -85,7 +85,9 @@ class TestJob:
     __test__ = False  # not a pytest test class
 
     code: str
+    """The candidate program, executed once before the asserts."""
     tests: Sequence[str]
+    """Assert statements, each run on its own against the program's globals."""
     test_timeout_s: float = 10.0
     """Alarm per assert."""
     max_timeouts: int = 3
