@@ -1,7 +1,7 @@
-"""The ``comlrl`` command line: ``comlrl demo`` and ``comlrl plot``.
+"""The ``comlrl`` command line: ``comlrl train``, ``comlrl configs``, ``comlrl demo`` and ``comlrl plot``.
 
 Each subcommand is one ``add_*_parser`` function plus one ``run_*`` function, registered in
-``COMMANDS``; a later ``comlrl train --config FILE --override key=value`` slots in the same way.
+``COMMANDS`` (``train`` and ``configs`` live in ``comlrl.train_cli``).
 Errors a user can fix (a bad flag value, a missing file, an output that would be overwritten) are
 printed as one line with exit status 2, before any model is loaded where possible.
 """
@@ -83,8 +83,34 @@ def run_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_train_parser(subparsers) -> argparse.ArgumentParser:
+    from comlrl.train_cli import add_train_parser as add
+
+    return add(subparsers)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from comlrl.train_cli import run_train as run
+
+    return run(args)
+
+
+def add_configs_parser(subparsers) -> argparse.ArgumentParser:
+    from comlrl.train_cli import add_configs_parser as add
+
+    return add(subparsers)
+
+
+def run_configs(args: argparse.Namespace) -> int:
+    from comlrl.train_cli import run_configs as run
+
+    return run(args)
+
+
 # name -> (add the subparser, run it)
 COMMANDS: Dict[str, Tuple[Callable, Callable[[argparse.Namespace], int]]] = {
+    "train": (add_train_parser, run_train),
+    "configs": (add_configs_parser, run_configs),
     "demo": (add_demo_parser, run_demo),
     "plot": (add_plot_parser, run_plot),
 }

@@ -1,0 +1,8 @@
+"""``python -m comlrl ...``: the ``comlrl`` command line."""
+
+import sys
+
+from comlrl.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""Code-generation tasks of OpenMLRL/LLM_Collab_Code_Generation: HumanEval, CoopHumanEval, MBPP.
+
+Two agents solve one Python problem together: agent 1 writes a helper ``aux``, agent 2 the entry
+point, which may call ``aux``. Rows have the HumanEval schema (``task_id``, ``prompt`` with the
+signature and docstring, ``test`` with ``def check(candidate):`` asserts, ``entry_point``). The
+reward (``rewards.py``) grades definitions, syntax, tests (run only in the sandbox) and
+cooperation; multi-turn episodes (2 turns by default) get feedback prompts (``feedback.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from comlrl.envs.base import (
+    DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, check_options, normalize_prompt, option, reward_from_details,
+)
+from comlrl.envs.coding import analysis
+from comlrl.envs.coding.feedback import MODE_ALIASES, MODES, CodeTransition, expert_edits_client
+from comlrl.envs.coding.rewards import CodeQuirkFixes, code_details, row_fields
+from comlrl.envs.sandbox import Sandbox, SandboxLimits
+from comlrl.envs.sources import DatasetSource, load_rows
+
+__all__ = ["HUMANEVAL", "COOPHUMANEVAL", "MBPP", "CodeOptions"]
+
+
+@dataclass
+class CodeOptions:
+    """Options of the code environments (``get_environment("humaneval", **options)``)."""
+
+    num_turns: int = option(2, None, "Turns per episode (the run config's trainer section); >1 adds the feedback transition.")
+    external_mode: str = option("level_feedback", "external.mode", "Feedback mode: level_feedback, level_passed, passed, plain (expert_edits is not in this build).")
+    sandbox_slice: Union[int, str, None] = option(1, "external.sandbox_slice", "Asserts shown by feedback: N first, -N last, 0/None/'all' every one.")
+    original_prompt: bool = option(False, "external.original_prompt", "passed mode: repeat the first-turn instructions.")
+    previous_response: bool = option(True, "external.previous_response", "passed mode: show the previous implementation.")
+    expert_model: str = option("deepseek-coder", "external.expert_model", "expert_edits mode's model (mode unavailable in this build).")
+    fix_ignored_aux_call: bool = option(False, "reward.fix_ignored_aux_call", "Detect an ignored aux result with an AST check (original: a regex that practically never fires).")
+    fix_wrapper_check: bool = option(False, "reward.fix_wrapper_check", "Thin-wrapper check on the AST (original: a line scan confused by docstrings).")
+    fix_assert_pre_evaluation: bool = option(False, "reward.fix_assert_pre_evaluation", "Run each assert as written (original: also evaluates a regex split of it first).")
+    test_timeout_s: float = option(10.0, "sandbox.test_timeout_s", "Alarm per assert (original: 10 s).")
+    max_timeouts: int = option(3, "sandbox.max_timeouts", "Skip a candidate's remaining asserts after this many timeouts (original: 3).")
+    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto, bwrap, unshare or none.")
+    workers: Optional[int] = option(None, "sandbox.workers", "Candidates tested in parallel (None: one per CPU core).")
+    wall_time_s: Optional[float] = option(None, "sandbox.wall_time_s", "Wall-clock limit per candidate (None: test_timeout_s x (max_timeouts + 1) + 10).")
+    memory_mb: int = option(1024, "sandbox.memory_mb", "Address-space limit per candidate, MiB.")
+
+    def __post_init__(self) -> None:
+        check_options(self, modes=MODES, aliases=MODE_ALIASES, flags=(
+            "original_prompt", "previous_response", "fix_ignored_aux_call", "fix_wrapper_check", "fix_assert_pre_evaluation"))
+        self.sandbox_slice = _slice_count(self.sandbox_slice)
+        for name in ("test_timeout_s", "memory_mb"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}.")
+        if isinstance(self.max_timeouts, bool) or not isinstance(self.max_timeouts, int) or self.max_timeouts < 1:
+            raise ValueError(f"max_timeouts must be an integer >= 1, got {self.max_timeouts!r}.")
+
+    def fixes(self) -> CodeQuirkFixes:
+        return CodeQuirkFixes(self.fix_ignored_aux_call, self.fix_wrapper_check, self.fix_assert_pre_evaluation)
+
+    def sandbox(self) -> Sandbox:
+        wall = self.wall_time_s or self.test_timeout_s * (self.max_timeouts + 1) + 10.0
+        limits = SandboxLimits(wall_time_s=wall, cpu_time_s=wall, memory_bytes=int(self.memory_mb) << 20)
+        return Sandbox(limits, isolation=self.isolation, workers=self.workers)
+
+
+def _slice_count(value: Any) -> Optional[int]:
+    """``sandbox_slice`` as the original reads it: an int (0 = all), "all", None, or an int string."""
+    if value is None or isinstance(value, bool):
+        return None if value is None else 0
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower()
+    if text == "all":
+        return 0
+    if text.lstrip("-").isdigit():
+        return int(text)
+    raise ValueError(f"sandbox_slice (external.sandbox_slice) must be an integer, 'all' or null; got {value!r}.")
+
+
+AUX_PROMPT = (
+    "Write a helper function for the coding problem below.\n\nProblem:\n{prompt}\n\n"
+    "Rules:\n- Output only the function's code: no explanations, examples or tests\n- No markdown code fences\n"
+    "- Name the function aux; the main function will call it\n- aux must return a value that helps solve the problem\n\n"
+    "Format:\ndef aux(...):\n    # your code\n    return result\n"
+)
+MAIN_PROMPT = (
+    "Solve the coding problem below by implementing the required function.\n\nProblem:\n{prompt}\n\n"
+    "A helper function aux(...) is available to you.\n\n"
+    "Rules:\n- Output only the function's code: no explanations, examples or tests\n- No markdown code fences\n"
+    "- Do not define aux yourself\n- Implement only the function {entry_point}\n"
+    "- You may call aux() and use its result inside your function\n\n"
+    "Format:\ndef {entry_point}({params}):\n    # your code\n    return result\n"
+)
+
+
+def aux_formatter(row: Mapping[str, Any], external_prompts: Optional[str] = None) -> str:
+    """Agent 1's prompt: write ``aux`` for the row's problem (later turns: the feedback prompt)."""
+    if external_prompts is not None:
+        return external_prompts
+    prompt, _, _ = row_fields(row)
+    return AUX_PROMPT.format(prompt=prompt)
+
+
+def main_formatter(row: Mapping[str, Any], external_prompts: Optional[str] = None) -> str:
+    """Agent 2's prompt: write the entry point, which may call ``aux``."""
+    if external_prompts is not None:
+        return external_prompts
+    prompt, _, entry_point = row_fields(row)
+    params = ", ".join(analysis.signature_params(prompt, entry_point))
+    return MAIN_PROMPT.format(prompt=prompt, entry_point=entry_point, params=params)
+
+
+def _build(name: str, data: DatasetSource):
+    def build(options: CodeOptions) -> Environment:
+        if options.num_turns > 1 and options.external_mode == "expert_edits":
+            expert_edits_client(options.expert_model)
+        rows = RowIndex(name)
+        sandbox = options.sandbox()
+        fixes = options.fixes()
+
+        def score_many(joints: List[tuple], batch_rows: List[Any]) -> List[Dict[str, float]]:
+            rows.add(batch_rows)
+            return code_details(joints, batch_rows, sandbox=sandbox, fixes=fixes, test_timeout_s=options.test_timeout_s,
+                                max_timeouts=options.max_timeouts)
+
+        def row_key(row: Mapping[str, Any]) -> tuple:
+            prompt, test, entry_point = row_fields(row)
+            return normalize_prompt(prompt), test, entry_point
+
+        details = batch_scorer(env=name, num_agents=2, score_many=score_many, row_key=row_key, cache=DetailCache())
+        formatters = [aux_formatter, main_formatter]
+        transition = None
+        if options.num_turns > 1:
+            transition = CodeTransition(
+                mode=options.external_mode, rows=rows, formatters=formatters, sandbox=sandbox, test_slice=options.sandbox_slice,
+                original_prompt=options.original_prompt, previous_response=options.previous_response,
+                test_timeout_s=options.test_timeout_s, max_timeouts=options.max_timeouts,
+            )
+
+        def loader(*, split: str, offline: Optional[bool], hf_split: Optional[str], source: Optional[str]):
+            dataset = load_rows(data, env=name, split=split, offline=offline, hf_split=hf_split, name=source)
+            rows.add(dataset)
+            return dataset
+
+        env = Environment(
+            name=name, num_agents=2, num_turns=options.num_turns, formatters=formatters,
+            reward_func=reward_from_details(details), reward_details=details, external_transition=transition,
+            options=options, loader=loader, rows=rows,
+        )
+        env.sandbox = sandbox
+        return env
+
+    return build
+
+
+FIELDS = ("task_id", "prompt", "test", "entry_point")
+HUMANEVAL = EnvironmentSpec(
+    name="humaneval", options_cls=CodeOptions,
+    build=_build("humaneval", DatasetSource("openai/openai_humaneval", "test[33:163]", "test[:32]", "humaneval.json", FIELDS)),
+    description="HumanEval (164 problems): aux helper + entry point, graded by definitions, syntax, tests, cooperation (max 4).",
+)
+COOPHUMANEVAL = EnvironmentSpec(
+    name="coophumaneval", options_cls=CodeOptions,
+    build=_build("coophumaneval", DatasetSource("OpenMLRL/CoopHumanEval", "train[16:]", "train[:16]", "coophumaneval.json", FIELDS)),
+    description="CoopHumanEval (82 decomposable problems), the HumanEval schema and reward.",
+)
+MBPP = EnvironmentSpec(
+    name="mbpp", options_cls=CodeOptions,
+    build=_build("mbpp", DatasetSource("OpenMLRL/MBPP", "test[15:65]", "test[:15]", "mbpp.json", FIELDS)),
+    description="MBPP (sanitized test split in the HumanEval schema), the same reward.",
+)

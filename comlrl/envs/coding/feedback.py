@@ -1,0 +1,232 @@
+"""Multi-turn feedback of the code tasks: the next turn's prompt for the aux and the main agent.
+
+Modes (``external.mode``), as in OpenMLRL/LLM_Collab_Code_Generation:
+
+- ``level_feedback`` (default): each agent's own prompt and response history, then diagnostics of
+  the previous joint response: aux and main definitions found or missing, syntax (with line and
+  column), tests passed x/y with every failing assert and its error; the main agent also hears
+  whether it calls aux and uses the result, and whether it is a thin wrapper.
+- ``level_passed``: the first-turn instructions, the previous implementation and short signals
+  (implementation found, syntax correct, tests passed, aux usage).
+- ``passed``: the previous implementation and one signal: all levels passed or not.
+- ``plain``: the history and an instruction to revise.
+- ``expert_edits``: edit suggestions from an external LLM, through the HTTP client of the
+  preference trainers' API comparator; not in this build (``expert_edits_client``).
+
+Feedback tests are the first ``sandbox_slice`` asserts (1 by default; 0 or "all": every assert;
+negative: the last ones), run in the sandbox with ``math`` in the globals, as the original.
+Differences: the wording of the prompts is comlrl's own; an aux result assigned and used later is
+reported as used (the original's AST walk reported it as "never used", docs/differences.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+
+from comlrl.envs.base import RowIndex
+from comlrl.envs.coding import analysis
+from comlrl.envs.coding.rewards import row_fields
+from comlrl.envs.sandbox import Sandbox, TestJob
+
+MODES = ("level_feedback", "level_passed", "passed", "plain", "expert_edits")
+MODE_ALIASES = {"feedback": "level_feedback", "signals": "level_passed", "expert": "expert_edits", "edits": "expert_edits"}
+
+
+def expert_edits_client(expert_model: str) -> Callable[..., Tuple[str, str]]:
+    """The external-LLM editor of ``expert_edits`` mode (to be wired to the comparator HTTP client)."""
+    raise ValueError(
+        f"external.mode=expert_edits (expert_model={expert_model!r}) is not available in this build: it needs the "
+        f"comparator HTTP client of the preference trainers, which is not installed here. Use external.mode="
+        f"level_feedback, level_passed, passed or plain."
+    )
+
+
+@dataclass
+class CodeDiagnostics:
+    """Static and test analysis of one joint response, for feedback."""
+
+    aux_function: str
+    main_function: str
+    aux_defined: bool
+    aux_message: str
+    main_defined: bool
+    main_message: str
+    syntax_error: Optional[Tuple[Optional[int], Optional[int], str]]
+    aux_called: bool
+    aux_misuse: List[str]
+    is_wrapper: bool
+    tests_passed: int = 0
+    tests_total: int = 0
+    failures: List[Tuple[str, str, str]] = field(default_factory=list)  # (assert, error type, message)
+
+    @property
+    def syntax_ok(self) -> bool:
+        return self.syntax_error is None
+
+
+def diagnose(row: Mapping[str, Any], aux_text: str, main_text: str, *, sandbox: Sandbox, test_slice: Optional[int],
+             test_timeout_s: float, max_timeouts: int) -> CodeDiagnostics:
+    prompt, test, entry_point = row_fields(row)
+    aux_function = analysis.extract_function(aux_text, analysis.AUX)
+    main_function = analysis.extract_function(main_text, entry_point)
+    aux_ok, aux_message = analysis.defines_with_return(aux_text, analysis.AUX, "Aux function")
+    main_ok, main_message = analysis.defines_with_return(main_text, entry_point, f"Main function ({entry_point})")
+    code = analysis.combine(aux_function, main_function, analysis.prompt_imports(prompt))
+    report = CodeDiagnostics(
+        aux_function, main_function, aux_ok, aux_message, main_ok, main_message, analysis.syntax_error(code),
+        analysis.calls_aux(main_function), analysis.ast_ignored_aux_calls(main_function) if main_function else [],
+        analysis.is_thin_wrapper(main_function),
+    )
+    asserts = analysis.extract_asserts(analysis.sliced_test_code(test, test_slice), entry_point)
+    if report.syntax_ok and asserts:
+        result = sandbox.run(TestJob(code=code, tests=asserts, seed_math=True, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts))
+        report.tests_total, report.tests_passed = len(asserts), result.passed
+        for case, outcome in zip(asserts, result.results):
+            if not result.loaded:
+                kind, _, message = (result.load_error or "Error: the code did not run").partition(": ")
+                report.failures.append((case, kind, message))
+            elif outcome.status == "timeout":
+                report.failures.append((case, "TimeoutException", outcome.error_message or "test execution timed out"))
+            elif outcome.status == "fail":
+                report.failures.append((case, outcome.error_type or "Error", outcome.error_message or ""))
+    return report
+
+
+# ----------------------------------------------------------------------------- prompt pieces
+
+
+def _history(prompts: Sequence[str], responses: Sequence[str], role: str) -> List[str]:
+    lines: List[str] = []
+    if prompts:
+        lines.append("Your earlier prompts:")
+        lines += [f"- Turn {t} prompt:\n{text}" for t, text in enumerate(prompts, start=1)]
+        lines.append("")
+    if responses:
+        lines.append(f"Your earlier {role} responses:")
+        lines += [f"- Turn {t} response:\n{text}" for t, text in enumerate(responses, start=1)]
+        lines.append("")
+    return lines
+
+
+def _test_lines(d: CodeDiagnostics) -> List[str]:
+    if d.tests_total == 0:
+        return ["- Tests: no test cases found"]
+    lines = [f"- Tests: {d.tests_passed}/{d.tests_total} passed"]
+    lines += [f"  Failed: {case} -> {kind}: {message}" for case, kind, message in d.failures]
+    return lines
+
+
+def _definition(found: bool, name: str, message: str) -> str:
+    return f"- {name} definition: {'FOUND' if found else 'MISSING'} ({message})"
+
+
+def _syntax_lines(d: CodeDiagnostics) -> List[str]:
+    if d.syntax_ok:
+        return ["- Syntax: OK"]
+    line, column, message = d.syntax_error
+    return [f"- Syntax: ERROR at line {line}, column {column}: {message}"]
+
+
+def _aux_use(d: CodeDiagnostics) -> str:
+    if not d.main_defined:
+        return "main is missing, so aux usage cannot be checked"
+    if not d.aux_called:
+        return "main does not call aux"
+    if d.aux_misuse:
+        return "main calls aux but does not use the result (" + ", ".join(d.aux_misuse[:2]) + ")"
+    return "main calls aux and uses its result"
+
+
+def level_feedback_prompts(d: CodeDiagnostics, entry_point: str, prompt_history, response_history) -> List[str]:
+    aux = _history(prompt_history[0], response_history[0], "aux(...)")
+    aux += ["Diagnostics of the last attempt:", _definition(d.aux_defined, "Aux", d.aux_message),
+            _definition(d.main_defined, "Main", d.main_message), *_syntax_lines(d), *_test_lines(d)]
+    aux.append("\nRevise your aux(...) accordingly. Output only the function code, nothing else.")
+    main = _history(prompt_history[1], response_history[1], "main")
+    main += ["Diagnostics of the last attempt:", _definition(d.main_defined, "Main", d.main_message),
+             _definition(d.aux_defined, "Aux", d.aux_message), *_syntax_lines(d), *_test_lines(d)]
+    if d.main_defined:
+        main.append(f"- Aux usage: {_aux_use(d)}")
+        if d.is_wrapper:
+            main.append("- Warning: main looks like a thin wrapper around aux")
+    main.append(f"\nRevise your {entry_point}(...) accordingly. Output only the function code, nothing else.")
+    return ["\n".join(aux), "\n".join(main)]
+
+
+def _test_signal(d: CodeDiagnostics) -> str:
+    if d.tests_total == 0:
+        return "no tests found"
+    if d.tests_passed == d.tests_total:
+        return "all tests passed"
+    if d.tests_passed == 0:
+        return "no test passed"
+    return f"{d.tests_passed}/{d.tests_total} tests passed"
+
+
+def level_passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence[str]) -> List[str]:
+    def implementation(found: bool) -> str:
+        return "found" if found else "not found in the required form"
+
+    syntax = "correct" if d.syntax_ok else "not correct"
+    aux = [first_prompts[0], "", "Your previous aux(...):", d.aux_function or "<no implementation found>", "",
+           "Signals:", f"- Implementation: {implementation(d.aux_defined)}", f"- Syntax: {syntax}", f"- Tests: {_test_signal(d)}",
+           "", "Revise your aux(...) accordingly. Output only the function code."]
+    main = [first_prompts[1], "", f"Your previous {entry_point}(...):", d.main_function or "<no implementation found>", "",
+            "Signals:", f"- Implementation: {implementation(d.main_defined)}", f"- Syntax: {syntax}", f"- Tests: {_test_signal(d)}",
+            f"- Aux usage: {_aux_use(d)}", "", f"Revise your {entry_point}(...) accordingly. Output only the function code."]
+    return ["\n".join(aux), "\n".join(main)]
+
+
+def passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence[str], *, original_prompt: bool, previous_response: bool) -> List[str]:
+    passed = d.syntax_ok and d.main_defined and d.tests_total > 0 and d.tests_passed == d.tests_total
+    signal = "every level passed" if passed else "not every level passed"
+    out = []
+    for index, (name, function) in enumerate((("aux", d.aux_function), (entry_point, d.main_function))):
+        lines = [first_prompts[index], ""] if original_prompt else []
+        if previous_response:
+            lines += [f"Your previous {name}(...):", function or "<no implementation found>", ""]
+        lines += [f"Signal: {signal}", "", f"Revise your {name}(...) if needed. Output only the function code."]
+        out.append("\n".join(lines))
+    return out
+
+
+def plain_prompts(entry_point: str, prompt_history, response_history) -> List[str]:
+    aux = _history(prompt_history[0], response_history[0], "aux(...)") + ["Revise your aux(...). Output only the function code."]
+    main = _history(prompt_history[1], response_history[1], "main") + [f"Revise your {entry_point}(...). Output only the function code."]
+    return ["\n".join(aux), "\n".join(main)]
+
+
+@dataclass
+class CodeTransition:
+    """The ``external_transition`` of a code environment (CoMLRL's interface)."""
+
+    mode: str
+    rows: RowIndex
+    formatters: Sequence[Callable[..., str]]
+    sandbox: Sandbox
+    test_slice: Optional[int] = 1
+    original_prompt: bool = False
+    previous_response: bool = True
+    test_timeout_s: float = 10.0
+    max_timeouts: int = 3
+
+    def __call__(self, prompt: str, agent_completions: Sequence[str], num_agents: int = 2,
+                 prompt_history_per_agent: Optional[List[List[str]]] = None,
+                 response_history_per_agent: Optional[List[List[str]]] = None, **_: Any) -> List[str]:
+        if num_agents != 2 or len(agent_completions) != 2:
+            raise ValueError(f"The code transition takes the completions of 2 agents, got {len(agent_completions)}.")
+        row = self.rows.get(prompt)
+        entry_point = row_fields(row)[2]
+        prompts = prompt_history_per_agent or [[], []]
+        responses = response_history_per_agent or [[], []]
+        if self.mode == "plain":
+            return plain_prompts(entry_point, prompts, responses)
+        d = diagnose(row, agent_completions[0], agent_completions[1], sandbox=self.sandbox, test_slice=self.test_slice,
+                     test_timeout_s=self.test_timeout_s, max_timeouts=self.max_timeouts)
+        if self.mode == "level_feedback":
+            return level_feedback_prompts(d, entry_point, prompts, responses)
+        first = [formatter(row) for formatter in self.formatters]
+        if self.mode == "level_passed":
+            return level_passed_prompts(d, entry_point, first)
+        return passed_prompts(d, entry_point, first, original_prompt=self.original_prompt, previous_response=self.previous_response)

@@ -1,0 +1,279 @@
+"""``comlrl train`` and ``comlrl configs``: run a task repository's experiment from its YAML config.
+
+    comlrl train --config magrpo_tldr_config.yaml --override agent_model.name=default magrpo.num_train_epochs=1
+    comlrl train --config configs/iac_tldr_config.yaml --override agents='["A","B"]' agent_model.name=None ... --dry-run --json
+
+The command only assembles: config + overrides -> ``RunPlan`` (``comlrl.run_config``, every check,
+no model) -> environment (``comlrl.envs``) -> trainer (``comlrl.algorithms``) -> ``train()`` ->
+``save_model`` -> reward curve. The run directory (``output.base_dir`` or ``--output-dir``) receives
+``config.yaml`` (the config after the overrides, seed filled in: ``--config`` of a repeat),
+``resolved_config.yaml`` (what ``--dry-run`` prints), ``metrics.jsonl``, ``eval_rows.jsonl``, the
+agents and ``reward_curve.png``;
+a directory that already holds a run is refused unless ``--overwrite`` or a resume is asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional
+
+import yaml
+
+RUN_FILES = ("config.yaml", "resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
+TENSORBOARD_DIR = "tensorboard"
+SAVED_DIRS = ("agent_0", "agent_1", "critic")
+MODEL_NAME_KEYS = ("agent_model", "agents", "critic_model", "critics")
+
+
+def add_train_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train", help="run an experiment from a YAML config (writing, code, Minecraft tasks)",
+        description="Train with a CoMLRL task repository's YAML config (a file, or a bundled name: see `comlrl configs`) and "
+        "dotted --override key=value pairs. Model names may be hub ids, local folders, or 'default' (the embedded "
+        "SmolLM2-135M-Instruct).",
+    )
+    parser.add_argument("--config", required=True, metavar="FILE_OR_NAME", help="YAML config file or bundled config name")
+    parser.add_argument("--override", nargs="*", action="extend", default=[], metavar="KEY=VALUE",
+                        help="dotted overrides, e.g. magrpo.num_turns=1 agents='[\"A\",\"B\"]' wandb.project=None")
+    parser.add_argument("--algorithm", default=None, help="the algorithm to run (default: the config's section)")
+    parser.add_argument("--output-dir", default=None, help="run directory (default: output.base_dir)")
+    parser.add_argument("--offline", action="store_true", help="use the bundled dataset samples (dataset.offline=true)")
+    parser.add_argument("--dry-run", action="store_true", help="print the resolved config as YAML and exit (no model is loaded)")
+    parser.add_argument("--json", action="store_true", help="with --dry-run: print one JSON object instead")
+    parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier run in the run directory")
+    parser.add_argument("--checkpoint-dir", default=None, help="save training checkpoints here (checkpoint.dir)")
+    parser.add_argument("--checkpoint-interval", type=int, default=None, help="epochs between checkpoints (checkpoint.interval)")
+    parser.add_argument("--checkpoint-steps", type=int, default=None, help="also every N training steps (checkpoint.steps)")
+    parser.add_argument("--checkpoint-total-limit", type=int, default=None, help="keep only the newest N (checkpoint.total_limit)")
+    parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
+                        help="resume from a checkpoint folder, a checkpoint dir's latest, or (no value) checkpoint.dir's latest")
+    return parser
+
+
+def plan_for(args: argparse.Namespace):
+    from comlrl.run_config import plan_from_args
+
+    overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
+    plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
+    for key, value in (("dir", args.checkpoint_dir), ("interval", args.checkpoint_interval), ("steps", args.checkpoint_steps),
+                       ("total_limit", args.checkpoint_total_limit), ("resume", args.resume)):
+        if value is not None:
+            plan.checkpoint[key] = value
+    return plan
+
+
+def run_train(args: argparse.Namespace) -> int:
+    plan = plan_for(args)
+    if args.json and not args.dry_run:
+        raise ValueError("--json goes with --dry-run (it prints the resolved config as one JSON object).")
+    if args.dry_run:
+        resolved = plan.to_dict()
+        if args.json:
+            print(json.dumps(resolved, indent=2))
+        else:
+            print(yaml.safe_dump(resolved, sort_keys=False, width=120), end="")
+        return 0
+    check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
+    if plan.output["save_final_model"]:
+        check_save_path(plan.output["save_path"], overwrite=args.overwrite)
+    run(plan, overwrite=args.overwrite)
+    return 0
+
+
+def check_run_dir(path: str, *, overwrite: bool, resuming: bool) -> None:
+    """Refuse a directory holding an earlier run's files unless overwriting (they are removed) or resuming."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise FileExistsError(f"The run directory {path!r} is a file; choose another --output-dir (or output.base_dir).")
+    found = [name for name in (*RUN_FILES, TENSORBOARD_DIR) if os.path.exists(os.path.join(path, name))]
+    if not found or resuming:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f"The run directory {path!r} already holds a run ({', '.join(found)}); refusing to overwrite it. Choose another "
+            f"--output-dir, pass --overwrite to replace that run's files, or --resume to continue it from a checkpoint."
+        )
+    for name in found:
+        target = os.path.join(path, name)
+        shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
+
+
+def check_save_path(path: str, *, overwrite: bool) -> None:
+    """Refuse, before training, agents saved earlier where this run will save its own (unless overwriting)."""
+    taken = [name for name in SAVED_DIRS if os.path.isdir(os.path.join(path, name)) and os.listdir(os.path.join(path, name))]
+    if taken and not overwrite:
+        raise FileExistsError(
+            f"{path!r} already holds saved models ({', '.join(taken)}) where this run saves its agents; pass --overwrite to "
+            f"replace them at the end, set output.save_path elsewhere, or output.save_final_model=false."
+        )
+
+
+# ----------------------------------------------------------------------------- assembly
+
+
+@dataclass
+class Parts:
+    """What the trainer is built from."""
+
+    env: Any
+    entities: Dict[str, Any]  # model names resolved ("default" -> the embedded model's folder)
+    tokenizer: Any
+    train_dataset: Any
+    eval_dataset: Any
+    reward_processor: Optional[Callable[[float], float]]
+    wandb_config: Optional[Dict[str, Any]]
+    rows: Any
+
+
+def reinforce_kwargs(plan, parts: Parts) -> Dict[str, Any]:
+    e, env = parts.entities, parts.env
+    return dict(
+        agent_model=e["agent_model"], agents=e["agents"], tokenizer=parts.tokenizer, model_config=plan.model_config,
+        train_dataset=parts.train_dataset, eval_dataset=parts.eval_dataset, reward_func=env.reward_func,
+        reward_processor=parts.reward_processor, formatters=env.formatters, external_transition=env.external_transition,
+        wandb_config=parts.wandb_config, eval_logger=parts.rows.eval_logger, eval_aggregator=parts.rows.eval_aggregator, args=plan.config,
+    )
+
+
+def actor_critic_kwargs(plan, parts: Parts) -> Dict[str, Any]:
+    e, env = parts.entities, parts.env
+    tokenizer = parts.tokenizer if parts.tokenizer is not None or not e["agents"] else list(e["agents"])
+    return dict(
+        agent_model=e["agent_model"], critic_model=e["critic_model"], tokenizer=tokenizer, reward_func=env.reward_func,
+        reward_processor=parts.reward_processor, formatters=env.formatters, args=plan.config, train_dataset=parts.train_dataset,
+        eval_dataset=parts.eval_dataset, model_config=plan.model_config, wandb_config=parts.wandb_config,
+        metrics_callback=parts.rows.metrics_callback, external_transition=env.external_transition, agents=e["agents"], critics=e["critics"],
+    )
+
+
+# family -> trainer keyword arguments (a new trainer family adds its builder here)
+TRAINER_KWARGS: Dict[str, Callable[[Any, Parts], Dict[str, Any]]] = {"reinforce": reinforce_kwargs, "actor_critic": actor_critic_kwargs}
+
+
+def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, Any]:
+    """The entities with every "default" replaced by the embedded model's folder (built on first use)."""
+    from comlrl.run_config import DEFAULT_MODEL
+
+    def one(name: Optional[str]) -> Optional[str]:
+        if name != DEFAULT_MODEL:
+            return name
+        from comlrl.default_model import default_model_dir
+
+        return default_model_dir(log=log)
+
+    out = {key: getattr(entities, key) for key in MODEL_NAME_KEYS}
+    out["agent_model"], out["critic_model"] = one(out["agent_model"]), one(out["critic_model"])
+    for key in ("agents", "critics"):
+        if out[key]:
+            out[key] = [one(name) for name in out[key]]
+    return out
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def wandb_config_for(plan, log: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+    logs = os.path.join(plan.run_dir, "metrics.jsonl")
+    if plan.wandb is None:
+        log(f"comlrl train: W&B is off (wandb.project is not set); logging to {logs}")
+        return None
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        log(f"comlrl train: wandb.project is set but the wandb package is not installed (pip install 'comlrl[wandb]'); logging to {logs} only")
+        return None
+    return dict(plan.wandb)
+
+
+def build(plan, log: Callable[[str], None] = print):
+    """Environment, datasets and trainer of ``plan`` (this loads the models)."""
+    from comlrl.envs import get_environment
+    from comlrl.training.eval_rows import ROWS_FILE, EvalRows
+    from comlrl.utils.reward_processor import RewardProcessors
+
+    seed_everything(plan.seed)
+    entities = resolve_model_names(plan.entities, log)
+    options = dict(plan.environment_options)
+    tokenizer = None
+    if options.get("use_chat_template"):
+        from transformers import AutoTokenizer
+
+        sources = entities["agents"] or [entities["agent_model"]] * plan.entities.num_agents
+        tokenizer = [AutoTokenizer.from_pretrained(source) for source in sources]
+        options["tokenizer"] = tokenizer
+    env = get_environment(plan.environment, **options)
+    d = plan.dataset
+    datasets = [
+        env.load_dataset(split, d["offline"], hf_split=d[f"{split}_split"], source=d["name"], limit=d[f"num_{split}_items"])
+        for split in ("train", "eval")
+    ]
+    processor = None
+    if plan.reward_processor is not None:
+        processor = RewardProcessors.compose([RewardProcessors.scale(plan.reward_processor["scale_factor"]),
+                                              RewardProcessors.shift(plan.reward_processor["shift"])])
+    rows = EvalRows(os.path.join(plan.run_dir, ROWS_FILE), env.reward_details)
+    parts = Parts(env, entities, tokenizer, datasets[0], datasets[1] if len(datasets[1]) else None, processor,
+                  wandb_config_for(plan, log), rows)
+    trainer = plan.algorithm.trainer_class()(**TRAINER_KWARGS[plan.algorithm.family](plan, parts))
+    rows.bind(trainer)
+    return trainer, env
+
+
+def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
+    """Build, train, save the agents and draw the reward curve; returns the trainer."""
+    from comlrl.training.plotting import plot_reward_curve
+
+    os.makedirs(plan.run_dir, exist_ok=True)
+    for name, content in (("config.yaml", plan.merged), ("resolved_config.yaml", plan.to_dict())):
+        with open(os.path.join(plan.run_dir, name), "w", encoding="utf-8") as handle:
+            yaml.safe_dump(content, handle, sort_keys=False, width=120)
+    c = plan.config
+    log(f"comlrl train: {plan.algorithm.name} on {plan.environment}, {plan.entities.num_agents} agents, "
+        f"{c.num_train_epochs} epoch(s), {c.num_turns} turn(s); run directory {plan.run_dir}")
+    trainer, _env = build(plan, log)
+    ck = plan.checkpoint
+    try:
+        trainer.train(resume_from_checkpoint=ck["resume"], checkpoint_dir=ck["dir"], checkpoint_interval=ck["interval"],
+                      checkpoint_total_limit=ck["total_limit"], checkpoint_steps=ck["steps"])
+        if plan.output["save_final_model"]:
+            trainer.save_model(plan.output["save_path"], overwrite=overwrite)
+            log(f"comlrl train: agents saved in {plan.output['save_path']}")
+    finally:
+        trainer.close()
+    if os.path.exists(os.path.join(plan.run_dir, "metrics.jsonl")):
+        log(f"comlrl train: reward curve {plot_reward_curve(plan.run_dir, overwrite=True)}")
+    return trainer
+
+
+# ----------------------------------------------------------------------------- comlrl configs
+
+
+def add_configs_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("configs", help="list the bundled experiment configs (or print one)",
+                                   description="List the configs bundled with comlrl, or print one of them.")
+    parser.add_argument("name", nargs="?", default=None, help="a bundled config to print")
+    return parser
+
+
+def run_configs(args: argparse.Namespace) -> int:
+    from comlrl.run_config import bundled_configs, find_config
+
+    if args.name:
+        print(find_config(args.name)[0], end="")
+        return 0
+    for name in bundled_configs():
+        text = find_config(name)[0]
+        title = text.splitlines()[0].lstrip("# ").strip() if text.startswith("#") else ""
+        print(f"{name:34s} {title}")
+    return 0
+
