@@ -78,11 +78,17 @@ def run_train(args: argparse.Namespace) -> int:
         else:
             print(yaml.safe_dump(resolved, sort_keys=False, width=120), end="")
         return 0
-    check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
-    if plan.output["save_final_model"]:
-        check_save_path(plan.output["save_path"], overwrite=args.overwrite)
+    if is_main_process():  # under torchrun, rank 0 owns the run directory
+        check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
+        if plan.output["save_final_model"]:
+            check_save_path(plan.output["save_path"], overwrite=args.overwrite)
     run(plan, overwrite=args.overwrite)
     return 0
+
+
+def is_main_process() -> bool:
+    """False on torchrun's ranks other than 0 (they train, but write and print nothing)."""
+    return int(os.environ.get("RANK", "0") or 0) == 0
 
 
 def check_run_dir(path: str, *, overwrite: bool, resuming: bool) -> None:
@@ -233,10 +239,14 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
     """Build, train, save the agents and draw the reward curve; returns the trainer."""
     from comlrl.training.plotting import plot_reward_curve
 
-    os.makedirs(plan.run_dir, exist_ok=True)
-    for name, content in (("config.yaml", plan.merged), ("resolved_config.yaml", plan.to_dict())):
-        with open(os.path.join(plan.run_dir, name), "w", encoding="utf-8") as handle:
-            yaml.safe_dump(content, handle, sort_keys=False, width=120)
+    main_process = is_main_process()
+    if not main_process:
+        log = _silent
+    else:
+        os.makedirs(plan.run_dir, exist_ok=True)
+        for name, content in (("config.yaml", plan.merged), ("resolved_config.yaml", plan.to_dict())):
+            with open(os.path.join(plan.run_dir, name), "w", encoding="utf-8") as handle:
+                yaml.safe_dump(content, handle, sort_keys=False, width=120)
     c = plan.config
     log(f"comlrl train: {plan.algorithm.name} on {plan.environment}, {plan.entities.num_agents} agents, "
         f"{c.num_train_epochs} epoch(s), {c.num_turns} turn(s); run directory {plan.run_dir}")
@@ -250,9 +260,13 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
             log(f"comlrl train: agents saved in {plan.output['save_path']}")
     finally:
         trainer.close()
-    if os.path.exists(os.path.join(plan.run_dir, "metrics.jsonl")):
+    if main_process and os.path.exists(os.path.join(plan.run_dir, "metrics.jsonl")):
         log(f"comlrl train: reward curve {plot_reward_curve(plan.run_dir, overwrite=True)}")
     return trainer
+
+
+def _silent(_message: str) -> None:
+    pass
 
 
 # ----------------------------------------------------------------------------- comlrl configs

@@ -254,3 +254,29 @@ def test_wandb_is_used_only_when_a_project_is_set(chat_models, tmp_path, monkeyp
     monkeypatch.setattr(builtins, "__import__", no_wandb)
     train("magrpo_tldr_config.yaml", overrides + ["wandb.project=comlrl-test"], tmp_path / "without")
     assert "the wandb package is not installed" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_comlrl_train_under_torchrun(chat_models, tmp_path):
+    """`torchrun --nproc_per_node=2 -m comlrl train ...`: two ranks train one team; rank 0 alone writes the
+    run directory (one metrics row per step, not two) and the saved agents."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    run_dir = tmp_path / "run"
+    overrides = [*tiny("magrpo"), "magrpo.rollout_buffer_size=2", "magrpo.train_batch_size=2", "magrpo.eval_interval=0",
+                 f'agents=["{chat_models["qwen"]}","{chat_models["llama"]}"]', "agent_model.name=None"]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+               f"--master_port={port}", "-m", "comlrl", "train", "--config", "magrpo_tldr_config.yaml",
+               "--output-dir", str(run_dir), "--override", *overrides]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    steps = [row["env_step"] for row in metrics]
+    assert steps == sorted(set(steps)) and len(steps) == 1  # 2 items, 2 per step: one step, logged once
+    assert all(os.path.exists(run_dir / f"agent_{i}" / "config.json") for i in range(2))
+    assert done.stdout.count("comlrl train: agents saved") == 1
