@@ -49,24 +49,15 @@ def length_ratio_reward(completions1: Sequence[str], completions2: Sequence[str]
     return rewards
 
 
+INSTRUCTIONS = ("Give a brief answer.\n{prompt}", "Give a detailed answer.\n{prompt}")
+"""The user message of agent 1 and agent 2; each is put into its agent's chat template."""
+
+
 def make_formatters(tokenizers: Sequence[Any]) -> List[Callable[[Dict[str, Any]], str]]:
-    """Agent 1 is asked for a brief answer, agent 2 for a detailed one (in each tokenizer's chat
-    template when it has one)."""
-    styles = ("brief", "detailed")
+    """Agent 1 is asked for a brief answer, agent 2 for a detailed one, each in its own chat template."""
+    from comlrl.rollout.formatters import chat_formatters
 
-    def formatter(style: str, tokenizer: Any) -> Callable[[Dict[str, Any]], str]:
-        def format_prompt(item: Dict[str, Any]) -> str:
-            text = f"Give a {style} answer.\n{item['prompt']}"
-            if tokenizer.chat_template:
-                return tokenizer.apply_chat_template(
-                    [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-                )
-            return text
-
-        format_prompt.__name__ = f"{style}_formatter"
-        return format_prompt
-
-    return [formatter(style, tok) for style, tok in zip(styles, tokenizers)]
+    return list(chat_formatters(list(INSTRUCTIONS), list(tokenizers)))
 
 
 @dataclass
@@ -113,6 +104,11 @@ class DemoSettings:
             raise ValueError(f"--lr must be a positive number, got {self.lr}.")
         self.prompts()
         check_output_dir(self.output_dir, self.overwrite)
+        from comlrl.models.sources import check_source_exists
+
+        check_source_exists(self.model, "--model")
+        for source in self.agent_models:
+            check_source_exists(source, "--agent-model")
 
     def prompts(self) -> List[str]:
         if self.prompts_file is None:
@@ -209,11 +205,11 @@ def _clear_previous_outputs(output_dir: str) -> None:
 
 def _build_trainer(settings: DemoSettings, sources: List[str], prompts: List[str]):
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
+    from comlrl.models.tokenizers import load_tokenizers
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-    tokenizers = [AutoTokenizer.from_pretrained(source) for source in sources]
+    tokenizers = load_tokenizers(sources)
     config = MAGRPOConfig(
         num_turns=1,
         num_train_epochs=settings.epochs,

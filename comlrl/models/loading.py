@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.models.sources import describe_source
+from comlrl.models.sources import check_source_exists, describe_source
 
 MODEL_CONFIG_KEYS = frozenset(
     {
@@ -106,14 +106,18 @@ def resolve_model_kwargs(model_config: Optional[Mapping[str, Any]], overrides: O
 
 
 def load_causal_lm(name: str, kwargs: Mapping[str, Any], label: str) -> nn.Module:
+    """``AutoModelForCausalLM.from_pretrained``; a local path that does not exist, or any loading
+    failure, is one ValueError naming ``label``, the source and the fix."""
     from transformers import AutoModelForCausalLM
 
+    check_source_exists(name, label)
     try:
         return AutoModelForCausalLM.from_pretrained(name, **dict(kwargs))
     except (OSError, ValueError) as exc:
+        reason = " ".join(str(exc).split()).rstrip(".")
         raise ValueError(
-            f"Could not load {label} from {name!r}: {exc}. Give a local directory that holds a saved model "
-            f"(config.json + weights) or a hub id this machine can reach."
+            f"Could not load {label} from {name!r}: {reason}. Give a local folder that holds a saved model "
+            f"(config.json and weights) or a hub id this machine can reach."
         ) from exc
 
 

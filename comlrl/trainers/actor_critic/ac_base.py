@@ -22,11 +22,12 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics, restore_value_head
-from comlrl.models.entities import AgentPlan, agent_count, load_agents, plan_agents
+from comlrl.models.entities import AgentPlan, agent_count, check_plan_sources, load_agents, plan_agents
+from comlrl.models.sources import check_sources_exist
 from comlrl.models.loading import check_model_config
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
-from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.formatters import build_formatters, check_prompt_rows
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import RolloutResult, TreeRollout
 from comlrl.trainers.actor_critic.config import ActorCriticFields
@@ -97,6 +98,7 @@ class ActorCriticTrainerBase(TrainerBase):
         self.num_agents = count
         self.model_name = plan.model_name
         self.formatters = build_formatters(formatters, count, pass_none_external_prompts=True)
+        check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
         self.reward = RewardFunction(reward_func, count, reward_processor)
         self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
@@ -171,6 +173,9 @@ class ActorCriticTrainerBase(TrainerBase):
     def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices, reference_devices, head_dims) -> None:
         args = self.args
         actor_dim, critic_dim = head_dims
+        if critic_plan:  # every missing path is named before the first model loads
+            check_sources_exist(critic_plan.sources, "critics")
+        check_plan_sources(plan)
         backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
         self.tokenizer = self.tokenizers[0]
         self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]

@@ -18,7 +18,7 @@ import torch
 from comlrl.core.advantages import group_advantages, normalize_groups
 from comlrl.models.entities import agent_count, load_agents, plan_agents
 from comlrl.models.loading import check_model_config
-from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.formatters import build_formatters, check_prompt_rows
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
@@ -70,6 +70,7 @@ class MAGRPOTrainer(TrainerBase):
         args.num_agents = count
         plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
         self.formatters = build_formatters(formatters, count, pass_none_external_prompts=False)
+        check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
         self.reward = RewardFunction(reward_func, count, reward_processor)
         self._check_transition(args, external_transition, "MAGRPO")
         for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
