@@ -12,8 +12,9 @@ import json
 import math
 import os
 import re
-import tempfile
 from typing import Dict, List, Mapping, Optional, Tuple
+
+from comlrl.models.saving import make_temp_file
 
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_PNG = "reward_curve.png"
@@ -108,8 +109,7 @@ def _draw(series: Series, out: str, title: str) -> None:
     figure.tight_layout()
     directory = os.path.dirname(os.path.abspath(out))
     os.makedirs(directory, exist_ok=True)
-    handle, staging = tempfile.mkstemp(prefix=".reward_curve.", suffix=".png", dir=directory)
-    os.close(handle)
+    staging = make_temp_file(directory, ".reward_curve.", ".png")
     try:
         figure.savefig(staging, format="png")
         os.replace(staging, out)
