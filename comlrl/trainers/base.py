@@ -24,6 +24,7 @@ from comlrl.training.devices import resolve_devices
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
+from comlrl.training.run_record import RunRecord, describe_model
 from comlrl.training.tensorboard_sink import TensorBoardSink
 from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
 
@@ -82,8 +83,9 @@ class TrainerBase(TrainingCheckpointMixin):
         self._wandb: Optional[WandbSink] = None
         self._run_config = run_config
         sinks: List[Any] = [self._memory]
+        self._run_record = RunRecord(self.args.output_dir) if self.args.output_dir else None
         if self.args.output_dir:
-            sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl")))
+            sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl"), overwrite=self.args.overwrite_output_dir))
         if self.args.tensorboard:
             sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
         self.metrics = MetricsLogger(sinks, self.args.logging_steps)
@@ -129,6 +131,7 @@ class TrainerBase(TrainingCheckpointMixin):
         """Frozen references (with reference KL), then one ``PolicyAgent`` per language model and one
         optimizer over each ``trainable`` module (the model itself, or a wrapper adding a value head)."""
         a = self.args
+        self._agent_sources = list(sources)
         self.reference_models = build_references(models, sources, reference_devices) if a.reference_kl_enabled else []
         self.policies = [
             PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
@@ -183,16 +186,33 @@ class TrainerBase(TrainingCheckpointMixin):
         if self.train_dataset is None:
             raise ValueError("train_dataset is required to train; pass train_dataset=... to the trainer.")
         self._checkpoint_begin(resume_from_checkpoint, schedule)
+        self.metrics.claim()  # a resumed run has claimed its log in the restore; a new one must not mix
+        if self._run_record is not None:
+            self._run_record.start(trainer=type(self).__name__, config=self.args, wandb_config=self.wandb_config)
         self._training_active = True
+        error: Optional[BaseException] = None
         try:
             self._run_epochs()
-        except BaseException:
+        except BaseException as exc:
+            error = exc
             self._training_failure = f"epoch {self.state.epoch + 1}, item {self.state.position} (global step {self.state.global_step})"
             raise
         finally:
             self._training_active = False
             self._checkpoint_schedule = None
+            self._finish_run_record(error)
         self._training_failure = None
+
+    def _finish_run_record(self, error: Optional[BaseException]) -> None:
+        if self._run_record is None:
+            return
+        models = [describe_model(name, model, source) for name, model, source in self._run_models()]
+        self._run_record.finish(error=error, models=models, progress=asdict(self.state), history=self.log_history)
+
+    def _run_models(self) -> List[Tuple[str, nn.Module, Any]]:
+        """``(role, model, source)`` of every trained model, for ``run_summary.json``."""
+        sources = getattr(self, "_agent_sources", [None] * len(self.agents))
+        return [(f"agents.{i}", model, source) for i, (model, source) in enumerate(zip(self.agents, sources))]
 
     def _set_generation_kwargs(self, kwargs: Mapping[str, Any]) -> None:
         from transformers import GenerationConfig

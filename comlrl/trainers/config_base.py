@@ -178,8 +178,13 @@ class CommonTrainingFields(ConfigBase):
     """Rows (completions) per forward/backward inside one optimizer step; None puts a whole
     minibatch in one forward. Lower it to bound activation memory."""
     output_dir: Optional[str] = None
-    """Where the run writes its metrics log (``metrics.jsonl``, appended to, never truncated except
-    when a resumed run drops the rows written after its checkpoint); None keeps logs in memory only."""
+    """Where the run writes its metrics log (``metrics.jsonl``), its resolved config
+    (``config.json``) and a summary (``run_summary.json``); None keeps logs in memory only. A
+    ``metrics.jsonl`` of another run there is refused (see ``overwrite_output_dir``); a run resumed
+    from a checkpoint continues its own, without the rows written after the checkpoint."""
+    overwrite_output_dir: bool = False
+    """Start ``output_dir/metrics.jsonl`` afresh when it holds another run's rows, instead of refusing
+    to mix two runs in one log."""
     tensorboard: bool = False
     """Also write every logged row to TensorBoard under ``output_dir/tensorboard`` (needs the
     ``tensorboard`` package and ``output_dir``)."""
@@ -204,13 +209,16 @@ class CommonTrainingFields(ConfigBase):
             require_int_at_least(self, "update_micro_batch_size", 1)
         if self.output_dir is not None and not isinstance(self.output_dir, str):
             raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")
+        if not isinstance(self.overwrite_output_dir, bool):
+            raise ValueError(f"overwrite_output_dir must be True or False. Got {self.overwrite_output_dir!r}.")
         if self.tensorboard and not self.output_dir:
             raise ValueError("tensorboard=True writes under output_dir; set output_dir as well.")
 
 
 # Fields of every RL config that may differ between a checkpoint and the run that resumes it.
 RESUMABLE_RUN_FIELDS = frozenset(
-    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir", "verbose"}
+    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir",
+     "overwrite_output_dir", "verbose"}
 )
 
 

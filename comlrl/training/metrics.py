@@ -35,31 +35,64 @@ class MemorySink:
         pass
 
 
-class JsonlSink:
-    """One JSON object per logged row, appended and flushed, so a crashed run keeps its log."""
+def logged_rows(path: str) -> int:
+    """Non-blank lines of a metrics file (0 when it does not exist)."""
+    if not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sum(1 for line in handle if line.strip())
 
-    def __init__(self, path: str):
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
+
+class JsonlSink:
+    """One JSON object per logged row, appended and flushed, so a crashed run keeps its log.
+
+    The file is claimed before the first row: one that already holds another run's rows is refused
+    (``FileExistsError`` naming the fixes) unless ``overwrite`` (it is then started afresh), so two
+    runs never share a log. A run that resumes from a checkpoint claims it through ``rewind``.
+    """
+
+    def __init__(self, path: str, overwrite: bool = False):
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self.overwrite = overwrite
+        self._file = None
+        self._claimed = False
+
+    def claim(self) -> None:
+        """Take the file for this run (idempotent); see the class docstring."""
+        if self._claimed:
+            return
+        rows = logged_rows(self.path)
+        if rows and not self.overwrite:
+            directory = os.path.dirname(os.path.abspath(self.path))
+            raise FileExistsError(
+                f"output_dir {directory} already holds {os.path.basename(self.path)} of another run ({rows} rows); "
+                f"refusing to mix this run into it. Choose a new output_dir, set overwrite_output_dir=True in the "
+                f"config to start that log afresh, or continue that run with train(resume_from_checkpoint=...)."
+            )
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self._file = open(self.path, "w" if rows else "a", encoding="utf-8")
+        self._claimed = True
 
     def write(self, row: Mapping[str, float], step: int) -> None:
+        self.claim()
         record = {"env_step": step, "time": round(time.time(), 3), **row}
         self._file.write(json.dumps(record, allow_nan=True) + "\n")
         self._file.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
 
     def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
         """Cut the file after the row that matches the last row of ``history`` (the log of the checkpoint
         a run resumes from): later rows belong to the abandoned continuation. Rewritten atomically; a
-        file that does not contain that row is left as it is."""
-        if not history:
+        file that does not contain that row is left as it is. Claims the file for the resumed run."""
+        self.close()
+        self._claimed = True
+        if not history or not os.path.isfile(self.path):
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
             return
-        self._file.close()
         with open(self.path, encoding="utf-8") as handle:
             lines = handle.readlines()
         last = history[-1]
@@ -128,6 +161,12 @@ class MetricsLogger:
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
+
+    def claim(self) -> None:
+        """Let every sink that writes files claim them for this run (``JsonlSink.claim``)."""
+        for sink in self.sinks:
+            if hasattr(sink, "claim"):
+                sink.claim()
 
     def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
         """Drop rows logged after a checkpoint (whose log is ``history``, last logged at ``step``)

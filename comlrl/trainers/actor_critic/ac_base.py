@@ -180,6 +180,7 @@ class ActorCriticTrainerBase(TrainerBase):
         self.tokenizer = self.tokenizers[0]
         self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]
         self.critics = load_critics(critic_plan, model_config, critic_devices, critic_dim) if critic_plan else []
+        self._critic_sources = list(critic_plan.sources) if critic_plan else []
         self._critic_of_agent = self._critic_slots()
         for slot, critic in enumerate(self.critics):
             reader = self._critic_reader(slot)
@@ -215,6 +216,16 @@ class ActorCriticTrainerBase(TrainerBase):
                     seen.add(id(model))
                     out[f"{attribute}.{index}"] = model
         return out
+
+    def _run_models(self) -> List[Tuple[str, nn.Module, Any]]:
+        """Actors, then each distinct critic, with their sources (``run_summary.json``)."""
+        models = super()._run_models()
+        seen = set()
+        for slot, (critic, source) in enumerate(zip(self.critics, self._critic_sources)):
+            if id(critic) not in seen:
+                seen.add(id(critic))
+                models.append((f"critics.{slot}", critic, source))
+        return models
 
     def named_optimizers(self) -> Dict[str, torch.optim.Optimizer]:
         """Every optimizer once, by attribute path ("agent_optimizers.0", critic optimizers, ...)."""
