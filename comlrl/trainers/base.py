@@ -25,6 +25,7 @@ from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar
 from comlrl.training.run_record import RunRecord, describe_model
+from comlrl.training.signal import ZeroSignalMonitor, signal_metrics
 from comlrl.training.tensorboard_sink import TensorBoardSink
 from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
 
@@ -89,6 +90,7 @@ class TrainerBase(TrainingCheckpointMixin):
         if self.args.tensorboard:
             sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
         self.metrics = MetricsLogger(sinks, self.args.logging_steps)
+        self._signal = ZeroSignalMonitor(self.algorithm_name)
         self._generation_kwargs: Dict[str, Any] = {}
         if self.wandb_config is not None:
             self._start_wandb()
@@ -354,6 +356,12 @@ class TrainerBase(TrainingCheckpointMixin):
             if identity.get(key) and not config.get(key):
                 config[key] = identity[key]
         self._start_wandb()
+
+    def _record_signal(self, reward_groups: Sequence[Sequence[float]], completion_groups: Sequence[Sequence[str]]) -> None:
+        """Log the step's zero-signal fractions (``comlrl.training.signal``); warn once when it had none."""
+        metrics = signal_metrics(reward_groups, completion_groups)
+        self.metrics.record(metrics)
+        self._signal.check(metrics, self.env_step)
 
     # ------------------------------------------------------------------ algorithm interface
     def _items_per_step(self) -> int:

@@ -317,10 +317,21 @@ class ActorCriticTrainerBase(TrainerBase):
         self.metrics.record(self._rollout_metrics(samples))
         for item_samples in per_item:
             self.metrics.record(self._callback_metrics(item_samples))
+        self._record_sample_signal(per_item, k)
         for agent in range(self.num_agents):
             self.rollout_buffers[agent].extend(s for s in samples if s.agent_idx == agent)
         if len(self.rollout_buffers[0]) >= self.args.rollout_buffer_size:
             self._drain()
+
+    def _record_sample_signal(self, per_item: List[List[RolloutSample]], k: int) -> None:
+        """Zero-signal groups: each (item, agent, turn)'s K samples, or with K = 1 each (agent, turn)'s
+        samples over the step's items."""
+        groups: Dict[Tuple[int, ...], List[RolloutSample]] = {}
+        for index, samples in enumerate(per_item):
+            for sample in samples:
+                key = (sample.agent_idx, sample.turn_idx) if k == 1 else (index, sample.agent_idx, sample.turn_idx)
+                groups.setdefault(key, []).append(sample)
+        self._record_signal([[float(s.reward) for s in g] for g in groups.values()], [[s.completion for s in g] for g in groups.values()])
 
     def _flush_buffers(self) -> None:
         if any(self.rollout_buffers):

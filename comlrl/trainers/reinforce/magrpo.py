@@ -134,9 +134,11 @@ class MAGRPOTrainer(TrainerBase):
         return max(1, groups // self._nodes_per_tree())
 
     def _train_step(self, items: List[Any]) -> None:
-        result = self._tree(num_generations=self.args.num_generations).run(items, self.env_step)
+        tree = self._tree(num_generations=self.args.num_generations)
+        result = tree.run(items, self.env_step)
         self.env_step += result.env_steps
         self._record_rollout(result)
+        self._record_tree_signal(tree, result)
         for sample in result.samples:
             self.rollout_buffers[sample.agent_idx].append(sample)
         size = self.args.rollout_buffer_size
@@ -156,6 +158,18 @@ class MAGRPOTrainer(TrainerBase):
                     metrics[f"turn_{turn + 1}/reference_kl_mean"] = kl
                     metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = kl * self.args.reference_kl_coef
         self.metrics.record(metrics)
+
+    def _record_tree_signal(self, tree: TreeRollout, result: RolloutResult) -> None:
+        """Groups of the zero-signal metrics: each node's credited returns (what the advantages are
+        computed from) and each (node, agent)'s K completions."""
+        nodes, stack = [], list(result.roots)
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        returns = [node.returns.tolist() for node in nodes]
+        completions = [tree.texts(node, agent) for node in nodes for agent in range(self.num_agents)]
+        self._record_signal(returns, completions)
 
     def _flush_buffers(self) -> None:
         for agent, buffer in enumerate(self.rollout_buffers):
