@@ -33,7 +33,7 @@ PROMPTS = [
     "Explain why the sky turns red at sunset.",
 ]
 SUMMARY_FILE = "demo_summary.json"
-OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE)
+OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE, "config.json", "run_summary.json")
 
 
 def length_ratio_reward(completions1: Sequence[str], completions2: Sequence[str]) -> List[float]:
@@ -154,8 +154,16 @@ class DemoResult:
 
 
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> DemoResult:
-    """Validate, build the team, train, save the agents and the reward curve (see module docstring)."""
+    """Validate, build the team, train, save the agents and the reward curve (see module docstring).
+    Without ``verbose`` the libraries' own progress bars (conversion, loading, saving) are off too."""
+    from comlrl.training.progress import library_bars
+
     settings.validate()
+    with library_bars(settings.verbose):
+        return _run(settings, log)
+
+
+def _run(settings: DemoSettings, log: Callable[[str], None]) -> DemoResult:
     prompts = settings.prompts()
     start = time.perf_counter()
     _seed_everything(settings.seed, settings.threads)
@@ -176,7 +184,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Demo
     from comlrl.training.plotting import plot_reward_curve
 
     plot = plot_reward_curve(settings.output_dir, title="comlrl demo: length-ratio reward (MAGRPO)", overwrite=True)
-    rewards = epoch_means(trainer.log_history, len(prompts) * settings.num_generations, settings.epochs)
+    rewards = epoch_means(trainer.log_history)
     agent_dirs = [os.path.join(settings.output_dir, f"agent_{i}") for i in range(len(sources))]
     result = DemoResult(settings.output_dir, agent_dirs, plot, rewards, setup_s, train_s)
     _write_summary(settings, sources, result)
@@ -232,16 +240,11 @@ def _build_trainer(settings: DemoSettings, sources: List[str], prompts: List[str
     )
 
 
-def epoch_means(rows: Sequence[Dict[str, Any]], steps_per_epoch: int, epochs: int) -> List[float]:
-    """Mean ``turn_1/reward_mean`` per epoch, from logged rows (an epoch spans ``steps_per_epoch`` env steps)."""
-    sums, counts = [0.0] * epochs, [0] * epochs
-    for row in rows:
-        if "turn_1/reward_mean" not in row or row["env_step"] <= 0:
-            continue
-        epoch = min((int(row["env_step"]) - 1) // steps_per_epoch, epochs - 1)
-        sums[epoch] += float(row["turn_1/reward_mean"])
-        counts[epoch] += 1
-    return [s / c if c else float("nan") for s, c in zip(sums, counts)]
+def epoch_means(rows: Sequence[Dict[str, Any]]) -> List[float]:
+    """The mean ``turn_1/reward_mean`` of every epoch, as the trainer logged it in each epoch's last row
+    (``epoch/turn_1/reward_mean``: the mean over the epoch's steps, also shown by the progress bar and
+    marked in the plot)."""
+    return [float(row["epoch/turn_1/reward_mean"]) for row in rows if "epoch/turn_1/reward_mean" in row]
 
 
 def _seed_everything(seed: int, threads: Optional[int]) -> None:

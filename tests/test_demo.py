@@ -49,10 +49,11 @@ def test_reward_by_hand():
     assert got == pytest.approx([1.0, math.exp(-1.5), math.exp(-1.0), 0.0, 1.0])
 
 
-def test_epoch_means_by_env_step():
-    rows = [{"env_step": 4, "turn_1/reward_mean": 0.2}, {"env_step": 8, "turn_1/reward_mean": 0.4},
-            {"env_step": 12, "turn_1/reward_mean": 0.9}, {"env_step": 12, "agent_0/loss": 1.0}]
-    assert epoch_means(rows, steps_per_epoch=8, epochs=2) == pytest.approx([0.3, 0.9])
+def test_epoch_means_are_read_from_the_epoch_rows():
+    rows = [{"env_step": 4, "turn_1/reward_mean": 0.2}, {"env_step": 8, "turn_1/reward_mean": 0.4, "epoch": 1.0,
+            "epoch/turn_1/reward_mean": 0.3}, {"env_step": 12, "eval/turn_1/reward_mean": 0.5},
+            {"env_step": 16, "turn_1/reward_mean": 0.9, "epoch": 2.0, "epoch/turn_1/reward_mean": 0.9}]
+    assert epoch_means(rows) == pytest.approx([0.3, 0.9])
 
 
 def test_demo_homogeneous_tiny(tiny_paths, tmp_path, capsys):

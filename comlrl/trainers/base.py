@@ -23,7 +23,7 @@ from comlrl.trainers.policy import PolicyAgent, build_references
 from comlrl.training.devices import resolve_devices
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
-from comlrl.training.progress import ProgressBar
+from comlrl.training.progress import ProgressBar, StepTimer, library_bars, remaining_steps
 from comlrl.training.run_record import RunRecord, describe_model
 from comlrl.training.signal import ZeroSignalMonitor, signal_metrics
 from comlrl.training.tensorboard_sink import TensorBoardSink
@@ -78,8 +78,7 @@ class TrainerBase(TrainingCheckpointMixin):
     def _init_services(self, wandb_config: Optional[Mapping[str, Any]], run_config: Dict[str, Any]) -> None:
         self.state = TrainingState()
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
-        verbose = self.args.verbose
-        self.verbose = verbose_from_wandb_config(self.wandb_config) if verbose is None else bool(verbose)
+        self.verbose = self.console_enabled(self.args, self.wandb_config)
         self._memory = MemorySink()
         self._wandb: Optional[WandbSink] = None
         self._run_config = run_config
@@ -94,6 +93,12 @@ class TrainerBase(TrainingCheckpointMixin):
         self._generation_kwargs: Dict[str, Any] = {}
         if self.wandb_config is not None:
             self._start_wandb()
+
+    @staticmethod
+    def console_enabled(args: Any, wandb_config: Optional[Mapping[str, Any]]) -> bool:
+        """``args.verbose``, or when it is None ``wandb_config.config_sections.output.verbose`` (default True).
+        When False, transformers' own loading/saving bars are silenced too (``library_bars``)."""
+        return verbose_from_wandb_config(wandb_config) if args.verbose is None else bool(args.verbose)
 
     def _start_wandb(self) -> None:
         if self._wandb is None:
@@ -231,23 +236,27 @@ class TrainerBase(TrainingCheckpointMixin):
     def _run_epochs(self) -> None:
         total = self.args.num_train_epochs
         length = dataset_length(self.train_dataset)
+        timer = StepTimer(remaining_steps(length, self._items_per_step(), self.state.epoch, self.state.position, total))
         while self.state.epoch < total:
             bar = ProgressBar(
                 total=length, initial=self.state.position, enabled=self.verbose,
                 desc=f"{self.algorithm_name} epoch {self.state.epoch + 1}/{total}",
             )
             try:
-                for start, items in self._epoch_steps(self.state.position):
+                for start, items, last in self._epoch_steps(self.state.position):
                     self._maybe_evaluate(start, len(items))
                     self._train_step(items)
                     self.state.position = start + len(items)
                     self.state.global_step += 1
-                    row = self.metrics.flush(self.env_step)
-                    bar.update(len(items), row)
+                    # The epoch's last step is logged with the epoch's means, after the buffers drain.
+                    bar.update(len(items), None if last else self.metrics.flush(self.env_step))
+                    if not timer.done:
+                        bar.note(f"{self.algorithm_name}: {timer.estimate()}")
                     self._after_step()
                     self._checkpoint_after_step(self.state.global_step)
                 self._flush_buffers()
-                self.metrics.flush(self.env_step, force=True)
+                self.metrics.record(self.metrics.epoch_summary(self.state.epoch + 1))
+                bar.finish(self.metrics.flush(self.env_step, force=True))
             finally:
                 bar.close()
             self.state.epoch += 1
@@ -255,7 +264,17 @@ class TrainerBase(TrainingCheckpointMixin):
             self._after_epoch()
             self._checkpoint_after_epoch(self.state.epoch, final=self.state.epoch >= total)
 
-    def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
+    def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any], bool]]:
+        """``(first item index, items, is the epoch's last step)`` for every step from ``start``."""
+        pending = None
+        for step in self._epoch_chunks(start):
+            if pending is not None:
+                yield (*pending, False)
+            pending = step
+        if pending is not None:
+            yield (*pending, True)
+
+    def _epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
         size = self._items_per_step()
         dataset = self.train_dataset
         if is_map_dataset(dataset):
@@ -453,8 +472,9 @@ class TrainerBase(TrainingCheckpointMixin):
         targets = self._agent_export_dirs(output_dir)
         for target in targets:
             check_target_free(target, overwrite)
-        for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
-            save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
+        with library_bars(self.verbose):
+            for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
+                save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
         if self._wandb is not None:
             self._wandb.write({"final_model_saved": 1.0}, self.env_step)
 

@@ -4,6 +4,12 @@ Trainers call ``record(metrics)`` after every rollout and update, and ``flush(st
 training step; a row is emitted when ``step - last_logged >= logging_steps`` (or for the first
 row), holding the mean of each metric over everything recorded since the previous row. Nothing is
 dropped by the gate. Sinks (W&B, JSONL, TensorBoard, memory) sit behind ``MetricsSink``.
+
+Epoch means: the reward and return keys (``turn_k/reward_mean``, ``turn_k/expected_return``) are
+also averaged over the whole epoch (every recorded value counts once, i.e. the mean over the
+epoch's training steps). ``epoch_summary`` returns them as ``epoch/turn_k/...`` plus ``epoch`` (the
+1-based number of the epoch that ended); the trainer puts them into the epoch's last row, where the
+progress bar, the demo's summary and the plot read them.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Protocol
+
+
+EPOCH_KEYS = re.compile(r"^turn_\d+/(reward_mean|expected_return)$")
 
 
 class MetricsSink(Protocol):
@@ -125,6 +135,8 @@ class MetricsLogger:
         self.last_logged_step: Optional[int] = None
         self._sums: Dict[str, float] = defaultdict(float)
         self._counts: Dict[str, int] = defaultdict(int)
+        self._epoch_sums: Dict[str, float] = defaultdict(float)
+        self._epoch_counts: Dict[str, int] = defaultdict(int)
 
     def record(self, metrics: Mapping[str, Any]) -> None:
         for key, value in metrics.items():
@@ -135,6 +147,18 @@ class MetricsLogger:
                 continue
             self._sums[key] += value
             self._counts[key] += 1
+            if EPOCH_KEYS.match(key):
+                self._epoch_sums[key] += value
+                self._epoch_counts[key] += 1
+
+    def epoch_summary(self, epoch: int) -> Dict[str, float]:
+        """``{"epoch": epoch, "epoch/<key>": mean over the epoch}`` for the reward/return keys; resets them."""
+        summary: Dict[str, float] = {"epoch": float(epoch)}
+        for key in sorted(self._epoch_counts):
+            summary[f"epoch/{key}"] = self._epoch_sums[key] / self._epoch_counts[key]
+        self._epoch_sums.clear()
+        self._epoch_counts.clear()
+        return summary
 
     def pending(self) -> bool:
         return bool(self._counts)
@@ -176,9 +200,14 @@ class MetricsLogger:
                 sink.rewind(history, step)
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"last_logged_step": self.last_logged_step, "sums": dict(self._sums), "counts": dict(self._counts)}
+        return {
+            "last_logged_step": self.last_logged_step, "sums": dict(self._sums), "counts": dict(self._counts),
+            "epoch_sums": dict(self._epoch_sums), "epoch_counts": dict(self._epoch_counts),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.last_logged_step = state["last_logged_step"]
         self._sums = defaultdict(float, state["sums"])
         self._counts = defaultdict(int, state["counts"])
+        self._epoch_sums = defaultdict(float, state.get("epoch_sums", {}))  # absent in older checkpoints
+        self._epoch_counts = defaultdict(int, state.get("epoch_counts", {}))

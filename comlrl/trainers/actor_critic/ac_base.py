@@ -45,6 +45,7 @@ from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.training.devices import resolve_devices
+from comlrl.training.progress import library_bars
 from comlrl.training.optim import AgentOptimizer
 
 
@@ -103,7 +104,8 @@ class ActorCriticTrainerBase(TrainerBase):
         self.agent_devices = resolve_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
         reference_devices = self._reference_devices(self.agent_devices)
-        self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
+        with library_bars(self.console_enabled(args, wandb_config)):
+            self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
         self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, external_transition=external_transition)
         self.metrics_callback = metrics_callback
@@ -467,6 +469,7 @@ class ActorCriticTrainerBase(TrainerBase):
         state dict (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are
         refused unless ``overwrite=True``. A W&B run stays open.
         """
-        write_exports(self._export_entries(output_dir), overwrite)
+        with library_bars(self.verbose):
+            write_exports(self._export_entries(output_dir), overwrite)
         if self._wandb is not None:
             self._wandb.write({"final_model_saved": 1.0}, self.env_step)

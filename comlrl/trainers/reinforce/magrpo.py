@@ -26,6 +26,7 @@ from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.training.devices import resolve_devices
+from comlrl.training.progress import library_bars
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
 NodeSample = GroupSample
@@ -83,9 +84,10 @@ class MAGRPOTrainer(TrainerBase):
 
         self.num_agents = count
         self.model_name = plan.model_name
-        self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
-        self.tokenizer = self.tokenizers[0]
-        self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
+        with library_bars(self.console_enabled(args, wandb_config)):
+            self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
+            self.tokenizer = self.tokenizers[0]
+            self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
         self.optimizers = [policy.optimizer.optimizer for policy in self.policies]
         self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, external_transition=external_transition)
