@@ -67,12 +67,16 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plot",
         help="draw the reward/return curve of a run",
-        description="Draw the reward and return curves (training and evaluation) of a run's metrics.jsonl into a PNG.",
+        description="Draw a run's metrics.jsonl into a PNG: reward and return curves (raw points, a smoothed line, "
+        "epoch means, evaluation), and per-agent loss, entropy and completion length when logged. Several runs in one "
+        "file (env_step going back down) are drawn apart.",
     )
     parser.add_argument("source", metavar="RUN_DIR_OR_JSONL", help="a run's output directory or its metrics.jsonl")
-    parser.add_argument("--out", default=None, help="PNG path (default: reward_curve.png beside the metrics file)")
+    parser.add_argument("--out", default=None,
+                        help="PNG path (default: reward_curve.png beside the metrics file, or reward_curve-2.png, -3, ... "
+                        "when that exists); an existing --out is refused without --overwrite")
     parser.add_argument("--title", default=None, help="plot title (default: the run directory's name)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG instead of choosing a new name")
     return parser
 
 
