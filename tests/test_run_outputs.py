@@ -99,5 +99,5 @@ def test_secrets_are_redacted_in_config_json(tmp_path):
     text = (tmp_path / "config.json").read_text()
     assert "sk-123" not in text and "t-456" not in text
     saved = json.loads(text)["wandb_config"]
-    assert saved["api_key"] == "<redacted>" and saved["config_sections"]["judge"] == {"openai_token": "<redacted>", "model": "m"}
+    assert saved["api_key"] == "***" and saved["config_sections"]["judge"] == {"openai_token": "***", "model": "m"}
     assert [name for name in os.listdir(tmp_path)] == ["config.json"]  # no temporary file left

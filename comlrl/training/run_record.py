@@ -2,7 +2,7 @@
 
 - ``config.json`` at ``train()`` start: the trainer and config class, every config field (after
   validation, so defaults and derived values are explicit) and the W&B settings, with the value of
-  every key that looks like a credential replaced by ``"<redacted>"``.
+  every key that names a credential replaced by ``"***"``.
 - ``run_summary.json`` when ``train()`` returns or fails: status, library versions, each model and
   where it came from, the wall time of this ``train()`` call, progress, and the latest value of
   every logged metric.
@@ -21,10 +21,23 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
 from comlrl.training.checkpoint_state import jsonable
-from comlrl.training.wandb_sink import redact_secrets
+from comlrl.training.wandb_sink import scrub_secrets
 
 CONFIG_FILE = "config.json"
 SUMMARY_FILE = "run_summary.json"
+MASK = "***"
+
+
+def redact(value: Any) -> Any:
+    """A copy of nested dicts/lists with the value of every credential key replaced by ``"***"`` (the
+    key stays, so a reader sees it was set). Which keys are credentials is the W&B sink's rule
+    (``scrub_secrets`` drops exactly them), so the two never disagree."""
+    if isinstance(value, Mapping):
+        kept = scrub_secrets(dict.fromkeys(value))
+        return {key: redact(item) if key in kept else (None if item is None else MASK) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(item) for item in value]
+    return value
 
 
 def write_json_atomically(path: str, value: Any) -> None:
@@ -94,8 +107,8 @@ class RunRecord:
         record = {
             "trainer": trainer,
             "config_class": type(config).__name__,
-            "config": jsonable(redact_secrets(fields)),
-            "wandb_config": jsonable(redact_secrets(dict(wandb_config))) if wandb_config is not None else None,
+            "config": jsonable(redact(fields)),
+            "wandb_config": jsonable(redact(dict(wandb_config))) if wandb_config is not None else None,
         }
         write_json_atomically(os.path.join(self.output_dir, CONFIG_FILE), record)
 

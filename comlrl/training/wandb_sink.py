@@ -28,16 +28,6 @@ def scrub_secrets(value: Any) -> Any:
     return value
 
 
-def redact_secrets(value: Any, mark: str = "<redacted>") -> Any:
-    """A copy of nested dicts/lists in which the value of every key that looks like a credential is
-    replaced by ``mark`` (the key stays, so a reader sees that it was set)."""
-    if isinstance(value, Mapping):
-        return {k: mark if isinstance(k, str) and _is_secret(k) else redact_secrets(v, mark) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact_secrets(v, mark) for v in value)
-    return value
-
-
 def verbose_from_wandb_config(wandb_config: Optional[Mapping[str, Any]], default: bool = True) -> bool:
     sections = (wandb_config or {}).get("config_sections") or {}
     output = sections.get("output") if isinstance(sections, Mapping) else None
