@@ -8,7 +8,15 @@ import os
 import pytest
 
 from comlrl.cli import main
-from comlrl.training.plotting import build_figure, curve_series, plot_reward_curve, read_metrics, smooth, split_runs
+from comlrl.training.plotting import (
+    build_figure,
+    curve_series,
+    plot_reward_curve,
+    read_metrics,
+    smooth,
+    smoothing_weight,
+    split_runs,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -124,15 +132,18 @@ def points(line):
     return list(zip(line.get_xdata(), line.get_ydata()))
 
 
-def single_turn_rows():
-    """One run of 2 epochs x 3 steps, single-turn (reward_mean == expected_return), per-agent metrics."""
-    rows, values = [], [0.2, 0.4, 0.3, 0.5, 0.7, 0.6]
+VALUES = [0.2, 0.4, 0.3, 0.5, 0.7, 0.6] * 4  # 2 epochs x 12 steps
+
+
+def single_turn_rows(values=VALUES):
+    """One run of 2 epochs, single-turn (reward_mean == expected_return), per-agent metrics."""
+    rows, per_epoch = [], len(values) // 2
     for index, value in enumerate(values, start=1):
         row = {"env_step": 4 * index, "turn_1/reward_mean": value, "turn_1/expected_return": value,
                "agent_0/loss": -value, "agent_1/loss": value, "agent_0/entropy": 1.0, "agent_1/completion_length": 3.0}
-        if index % 3 == 0:  # the epoch's last row carries its means
-            epoch = values[index - 3 : index]
-            row.update({"epoch": index / 3, "epoch/turn_1/reward_mean": sum(epoch) / 3, "epoch/turn_1/expected_return": sum(epoch) / 3})
+        if index % per_epoch == 0:  # the epoch's last row carries its means
+            mean = sum(values[index - per_epoch : index]) / per_epoch
+            row.update({"epoch": index / per_epoch, "epoch/turn_1/reward_mean": mean, "epoch/turn_1/expected_return": mean})
         rows.append(row)
     return rows
 
@@ -145,7 +156,7 @@ def test_identical_series_are_drawn_once_with_both_names():
                          "epoch:turn_1/reward_mean|turn_1/expected_return:1"}
     legend = [text.get_text() for text in reward.get_legend().get_texts()]
     assert "turn_1/reward_mean = expected_return (smoothed)" in legend
-    assert points(gids["raw:turn_1/reward_mean|turn_1/expected_return:1"]) == [(4 * i, v) for i, v in enumerate([0.2, 0.4, 0.3, 0.5, 0.7, 0.6], 1)]
+    assert points(gids["raw:turn_1/reward_mean|turn_1/expected_return:1"]) == [(4 * i, v) for i, v in enumerate(VALUES, 1)]
 
 
 def test_different_series_keep_their_own_lines(run_dir):
@@ -160,17 +171,21 @@ def test_smoothed_line_is_the_debiased_moving_average():
     # w = 0.6: m1 = 0.4 * 1 = 0.4 -> 0.4 / (1 - 0.6) = 1.0; m2 = 0.6 * 0.4 + 0 = 0.24 -> 0.24 / 0.64 = 0.375;
     # m3 = 0.6 * 0.24 + 0.4 * 1 = 0.544 -> 0.544 / (1 - 0.216) = 0.69388
     assert smooth([1.0, 0.0, 1.0]) == pytest.approx([1.0, 0.375, 0.544 / 0.784])
+    assert [smoothing_weight(n) for n in (9, 10, 16, 20, 200)] == pytest.approx([0.0, 0.2, 0.5, 0.6, 0.6])  # 1 - 8/n, capped
     figure = build_figure(single_turn_rows(), "run")
     line = lines_by_gid(figure.axes[0])["smooth:turn_1/reward_mean|turn_1/expected_return:1"]
-    assert list(line.get_ydata()) == pytest.approx(smooth([0.2, 0.4, 0.3, 0.5, 0.7, 0.6]))
+    assert list(line.get_ydata()) == pytest.approx(smooth(VALUES, 0.6))
+    short = lines_by_gid(build_figure(single_turn_rows(VALUES[:6]), "run").axes[0])
+    assert not any(gid.startswith("smooth:") for gid in short)  # 6 points are drawn as they are
 
 
 def test_epoch_means_are_markers_in_the_middle_of_their_epochs():
     figure = build_figure(single_turn_rows(), "run")
     markers = lines_by_gid(figure.axes[0])["epoch:turn_1/reward_mean|turn_1/expected_return:1"]
-    # epoch 1 covers env_steps (0, 12] -> x 6, mean (0.2 + 0.4 + 0.3) / 3; epoch 2 (12, 24] -> x 18
-    assert [x for x, _ in points(markers)] == [6, 18]
-    assert [y for _, y in points(markers)] == pytest.approx([0.3, 0.6])
+    # epoch 1 covers env_steps (0, 48] -> x 24, epoch 2 (48, 96] -> x 72; each holds VALUES' six numbers
+    # twice, so both means are (0.2 + 0.4 + 0.3 + 0.5 + 0.7 + 0.6) / 6 = 0.45
+    assert [x for x, _ in points(markers)] == [24, 72]
+    assert [y for _, y in points(markers)] == pytest.approx([0.45, 0.45])
     assert markers.get_linestyle() == "None" and markers.get_marker() == "D"
 
 

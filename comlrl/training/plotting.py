@@ -8,7 +8,8 @@ means ``epoch/turn_k/...`` and per-model rows ``agent_<i>/loss`` (``policy_loss`
 ``build_figure`` draws, against ``env_step`` (integer ticks):
 
 - the reward panel: per run and turn, the training series as faint raw points under a smoothed line
-  (a debiased exponential moving average, TensorBoard's), the epoch means as diamonds (the values
+  (a debiased exponential moving average, TensorBoard's; from 10 points on, its weight growing to
+  0.6 at 20 points, so short runs are not drawn lagging behind their points), the epoch means as diamonds (the values
   the progress bar and the demo print, placed in the middle of their epoch), evaluation series as
   dashed lines. Two series with the same points (single-turn ``reward_mean`` and
   ``expected_return``) are drawn once with both names in the label;
@@ -41,7 +42,8 @@ MODEL_PANELS = (  # (panel title, metric names); keys are "<agent_i|critic_i|cri
     ("completion length (tokens)", ("completion_length",)),
 )
 MODEL_KEY = re.compile(r"^(agent_\d+|critic_\d+|critic)/(\w+)$")
-SMOOTHING = 0.6  # weight of the past in the moving average (TensorBoard's default)
+SMOOTHING = 0.6  # weight of the past in the moving average (TensorBoard's default), reached at 20 points
+MIN_SMOOTHED = 10  # fewer training points are drawn as they are: smoothing them would only lag
 STYLES = {"reward_mean": "-", "expected_return": ":"}
 
 Row = Mapping[str, Any]
@@ -125,6 +127,11 @@ def epoch_markers(rows: Sequence[Row], key: str) -> Points:
             markers.append(((start + end) // 2, float(value)))
             start = end
     return markers
+
+
+def smoothing_weight(count: int) -> float:
+    """0 below ``MIN_SMOOTHED`` points, then rising to ``SMOOTHING`` at 20 points: ``min(0.6, 1 - 8/n)``."""
+    return 0.0 if count < MIN_SMOOTHED else min(SMOOTHING, 1.0 - 8.0 / count)
 
 
 def smooth(values: Sequence[float], weight: float = SMOOTHING) -> List[float]:
@@ -222,10 +229,11 @@ def _draw_rewards(axes: Any, run: Sequence[Row], suffix: str, number: int, colou
                       markersize=3, label=label, gid=f"eval:{gid}")
             continue
         style = STYLES[match.group(3)]
-        if len(points) >= 3:
+        weight = smoothing_weight(len(points))
+        if weight > 0:
             axes.plot(steps, values, style, color=colour, alpha=0.3, linewidth=0.8, marker="o", markersize=2.5,
                       label=f"_raw {label}", gid=f"raw:{gid}")
-            axes.plot(steps, smooth(values), style, color=colour, linewidth=2.0, label=f"{label} (smoothed)",
+            axes.plot(steps, smooth(values, weight), style, color=colour, linewidth=2.0, label=f"{label} (smoothed)",
                       gid=f"smooth:{gid}")
         else:
             axes.plot(steps, values, style, color=colour, marker="o", markersize=3, label=label, gid=f"raw:{gid}")
