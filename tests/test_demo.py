@@ -49,26 +49,39 @@ def test_reward_by_hand():
     assert got == pytest.approx([1.0, math.exp(-1.5), math.exp(-1.0), 0.0, 1.0])
 
 
-def test_epoch_means_by_env_step():
-    rows = [{"env_step": 4, "turn_1/reward_mean": 0.2}, {"env_step": 8, "turn_1/reward_mean": 0.4},
-            {"env_step": 12, "turn_1/reward_mean": 0.9}, {"env_step": 12, "agent_0/loss": 1.0}]
-    assert epoch_means(rows, steps_per_epoch=8, epochs=2) == pytest.approx([0.3, 0.9])
+def test_epoch_means_are_read_from_the_epoch_rows():
+    rows = [{"env_step": 4, "turn_1/reward_mean": 0.2}, {"env_step": 8, "turn_1/reward_mean": 0.4, "epoch": 1.0,
+            "epoch/turn_1/reward_mean": 0.3}, {"env_step": 12, "eval/turn_1/reward_mean": 0.5},
+            {"env_step": 16, "turn_1/reward_mean": 0.9, "epoch": 2.0, "epoch/turn_1/reward_mean": 0.9}]
+    assert epoch_means(rows) == pytest.approx([0.3, 0.9])
 
 
 def test_demo_homogeneous_tiny(tiny_paths, tmp_path, capsys):
     out = str(tmp_path / "run")
     assert main(["demo", "--model", tiny_paths["llama"], "--output-dir", out, "--quiet", *SMALL]) == 0
+    captured = capsys.readouterr()  # before check_run loads the saved agents (with their own bars)
     check_run(out, [tiny_paths["llama"]] * 2)
-    printed = capsys.readouterr().out
-    assert "mean reward per epoch:" in printed and "agent_1" in printed
+    assert "mean reward per epoch:" in captured.out and "agent_1" in captured.out
+    for bar in ("Loading weights", "Writing model shards", "epoch 1/2", "first step took"):
+        assert bar not in captured.err  # --quiet: no bar of ours or of transformers
 
 
 def test_demo_heterogeneous_tiny_with_progress_bar(tiny_paths, tmp_path, capsys):
     out = str(tmp_path / "run")
     argv = ["demo", "--agent-model", tiny_paths["llama"], "--agent-model", tiny_paths["gpt2"], "--output-dir", out]
     assert main(argv + SMALL) == 0
-    check_run(out, [tiny_paths["llama"], tiny_paths["gpt2"]])
-    assert "epoch 2/2" in capsys.readouterr().err  # the progress bar
+    captured = capsys.readouterr()
+    rows = check_run(out, [tiny_paths["llama"], tiny_paths["gpt2"]])
+    assert "epoch 2/2" in captured.err  # the progress bar (one line per epoch: capsys is not a terminal)
+    assert "MAGRPO: first step took" in captured.err and "for the 1 remaining steps (estimate)" in captured.err
+    means = [row["epoch/turn_1/reward_mean"] for row in rows if "epoch" in row]
+    assert f"mean reward per epoch: {means[0]:.3f} -> {means[1]:.3f}" in captured.out  # what the bar and the plot show
+
+
+def test_help_states_the_measured_time(capsys):
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "measured 1 min 53 s" in " ".join(capsys.readouterr().out.split())
 
 
 def test_prompts_file_and_overwrite(tiny_paths, tmp_path, capsys):

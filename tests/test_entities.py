@@ -184,7 +184,7 @@ def test_bad_arguments_raise_before_loading(tiny_paths, no_loading, kwargs, mess
 
 
 def test_missing_model_directory_names_the_agent(tmp_path):
-    with pytest.raises(ValueError, match=r"Could not load a tokenizer from|Could not load agents\[0\]"):
+    with pytest.raises(ValueError, match=r"agents\[0\] '.*no-such-model' does not exist"):
         build(agents=[str(tmp_path / "no-such-model"), str(tmp_path / "no-such-model")])
 
 

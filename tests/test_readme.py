@@ -54,6 +54,52 @@ def test_quick_start_runs_with_tiny_models(tiny_paths, tmp_path, monkeypatch):
     assert len(namespace["more"].tokenizers[0]) != len(namespace["more"].tokenizers[1])
 
 
+def shrink(code: str, replacements: dict) -> str:
+    for old, new in replacements.items():
+        assert old in code, f"the quick start no longer contains {old!r}"
+        code = code.replace(old, new)
+    return code
+
+
+@pytest.mark.slow
+def test_quick_start_learns_on_the_embedded_model(embedded_model_dir, tmp_path, monkeypatch):
+    """The quick start as written, on the only model a user without a hub has (both agents), with
+    fewer epochs and tokens. Its chat-template formatters must make the model answer, so rewards
+    differ within groups, every update has a non-zero gradient, and the saved agents moved.
+    weight_decay=0 so that moving parameters means the gradient moved them."""
+    import warnings
+
+    import torch
+    from safetensors.torch import load_file
+
+    from comlrl.training.signal import NoLearningSignalWarning
+
+    block = code_blocks(section("Quick start"), "python")[0]
+    code = substitute_models(block, {"BRIEF_MODEL": embedded_model_dir, "DETAILED_MODEL": embedded_model_dir})
+    code = shrink(code, {
+        "num_train_epochs=2": "num_train_epochs=1",
+        "max_new_tokens=48": "max_new_tokens=12",
+        "config = MAGRPOConfig(": "config = MAGRPOConfig(weight_decay=0.0, logging_steps=1,",
+    })
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    namespace: dict = {"__name__": "readme_quick_start"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NoLearningSignalWarning)
+        exec(compile(code, "README.md quick start", "exec"), namespace)
+
+    rows = [row for row in namespace["trainer"].log_history if "agent_0/grad_norm" in row]
+    assert rows, "no update was logged"
+    for row in rows:
+        assert row["frac_all_empty_groups"] < 1.0 and row["frac_reward_zero_std"] < 1.0
+        assert row["agent_0/grad_norm"] > 0.0 and row["agent_1/grad_norm"] > 0.0
+    original = load_file(os.path.join(embedded_model_dir, "model.safetensors"))
+    for index in range(2):
+        trained = load_file(str(tmp_path / "runs" / "quickstart" / "agents" / f"agent_{index}" / "model.safetensors"))
+        moved = [key for key in original if key in trained and not torch.equal(original[key], trained[key])]
+        assert len(moved) > len(original) // 2, f"agent_{index}: only {len(moved)} of {len(original)} tensors moved"
+
+
 def test_set_up_commands_match_the_project():
     blocks = code_blocks(section("Set up"), "bash")
     assert len(blocks) == 2, "the set-up section must hold exactly two commands: the demo and the tests"

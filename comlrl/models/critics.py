@@ -28,7 +28,7 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.loading import load_models, own_cpu_parameters, resolve_model_kwargs
-from comlrl.models.sources import describe_source, resolve_model_sources
+from comlrl.models.sources import check_sources_exist, describe_source, resolve_model_sources
 from comlrl.models.value_head import VALUE_HEAD_FILE, CausalLMWithValueHead
 
 
@@ -63,6 +63,7 @@ def load_critics(
     hidden_dim: Optional[int],
 ) -> List[CausalLMWithValueHead]:
     """One critic per slot; slots that share a model object share one wrapper."""
+    check_sources_exist(plan.sources, "critics")
     first_device: Dict[int, torch.device] = {}
     for source, device in zip(plan.sources, devices):
         if not isinstance(source, str) and first_device.setdefault(id(source), device) != device:

@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.loading import load_models, own_cpu_parameters, resize_for_tokenizer, resolve_model_kwargs
-from comlrl.models.sources import resolve_model_sources
+from comlrl.models.sources import check_sources_exist, resolve_model_sources
 from comlrl.models.tokenizers import (
     add_special_tokens,
     check_vocabulary_fits,
@@ -86,8 +86,17 @@ def plan_agents(
     return AgentPlan(count, sources, plan_tokenizers(tokenizer, sources), name)
 
 
+def check_plan_sources(plan: AgentPlan) -> None:
+    """Refuse local agent or tokenizer paths that do not exist (hub ids are left to the loader)."""
+    check_sources_exist(plan.sources, "agents")
+    check_sources_exist(plan.tokenizer_plan, "tokenizer")
+
+
 def load_agents(plan: AgentPlan, model_config: Mapping[str, Any], devices: Sequence[torch.device]) -> tuple[List[nn.Module], List[Any]]:
-    """Load (or adopt) the planned agents and tokenizers; check every tokenizer fits its model."""
+    """Load (or adopt) the planned agents and tokenizers; check every tokenizer fits its model.
+
+    Local paths that do not exist are named before anything loads."""
+    check_plan_sources(plan)
     tokenizers = load_tokenizers(plan.tokenizer_plan)
     special = model_config.get("special_tokens")
     for tok in {id(t): t for t in tokenizers}.values():

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.models.sources import describe_source
+from comlrl.models.sources import check_source_exists, describe_source
 
 MODEL_CONFIG_KEYS = frozenset(
     {
@@ -110,18 +110,22 @@ TRAINABLE_DEFAULT_DTYPE = torch.float32
 
 def load_causal_lm(name: str, kwargs: Mapping[str, Any], label: str) -> nn.Module:
     """``AutoModelForCausalLM.from_pretrained(name, **kwargs)``, in float32 unless ``kwargs`` name a
-    dtype (transformers 5 would otherwise keep the checkpoint's dtype, e.g. bfloat16)."""
+    dtype (transformers 5 would otherwise keep the checkpoint's dtype, e.g. bfloat16); a local path
+    that does not exist, or any loading failure, is one ValueError naming ``label``, the source and
+    the fix."""
     from transformers import AutoModelForCausalLM
 
+    check_source_exists(name, label)
     kwargs = dict(kwargs)
     if kwargs.get("dtype") is None and kwargs.get("torch_dtype") is None:
         kwargs["dtype"] = TRAINABLE_DEFAULT_DTYPE
     try:
         return AutoModelForCausalLM.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as exc:
+        reason = " ".join(str(exc).split()).rstrip(".")
         raise ValueError(
-            f"Could not load {label} from {name!r}: {exc}. Give a local directory that holds a saved model "
-            f"(config.json + weights) or a hub id this machine can reach."
+            f"Could not load {label} from {name!r}: {reason}. Give a local folder that holds a saved model "
+            f"(config.json and weights) or a hub id this machine can reach."
         ) from exc
 
 

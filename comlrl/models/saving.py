@@ -2,6 +2,10 @@
 
 Each folder is written into a hidden staging directory beside its target and renamed into place,
 so a crash mid-save leaves either the old folder or the new one, never a mix.
+
+Temporary directories and files are created private (``tempfile`` uses 0700 / 0600) and
+safetensors writes its files 0600; everything that is published gets the permissions an ordinary
+``mkdir`` / ``open`` would have given under the process umask (``apply_umask``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,57 @@ import os
 import shutil
 import tempfile
 from typing import Any, Callable, Optional
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux reports it (``/proc/self/status``);
+    elsewhere set and restored at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str) -> None:
+    """Give ``path`` (and, for a directory, everything under it) the mode an ordinary ``mkdir`` (0777)
+    or ``open`` (0666, 0777 for files with an execute bit) gets under the current umask. Symbolic
+    links are left alone."""
+    mask = current_umask()
+
+    def fix(target: str, is_dir: bool) -> None:
+        if os.path.islink(target):
+            return
+        executable = is_dir or bool(os.stat(target).st_mode & 0o111)
+        os.chmod(target, (0o777 if executable else 0o666) & ~mask)
+
+    fix(path, os.path.isdir(path))
+    if os.path.isdir(path) and not os.path.islink(path):
+        for directory, dirs, files in os.walk(path):
+            for name in dirs:
+                fix(os.path.join(directory, name), True)
+            for name in files:
+                fix(os.path.join(directory, name), False)
+
+
+def make_temp_dir(parent: str, prefix: str, suffix: str = "") -> str:
+    """``tempfile.mkdtemp`` in ``parent`` with an ordinary directory mode (not 0700)."""
+    path = tempfile.mkdtemp(prefix=prefix, suffix=suffix, dir=parent)
+    apply_umask(path)
+    return path
+
+
+def make_temp_file(parent: str, prefix: str, suffix: str = "") -> str:
+    """An empty new file from ``tempfile.mkstemp`` in ``parent`` (closed), with an ordinary mode."""
+    handle, path = tempfile.mkstemp(prefix=prefix, suffix=suffix, dir=parent)
+    os.close(handle)
+    apply_umask(path)
+    return path
 
 
 def _non_empty_dir(path: str) -> bool:
@@ -36,6 +91,7 @@ def write_dir_atomically(path: str, write: Callable[[str], None], overwrite: boo
     backup: Optional[str] = None
     try:
         write(staging)
+        apply_umask(staging)
         if os.path.exists(path):
             backup = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.old.", dir=parent)
             os.rmdir(backup)
@@ -71,6 +127,7 @@ def write_into_dir(path: str, write: Callable[[str], None], overwrite: bool = Fa
     staging = tempfile.mkdtemp(prefix=".staging.", dir=path)
     try:
         write(staging)
+        apply_umask(staging)
         names = sorted(os.listdir(staging))
         taken = [name for name in names if os.path.lexists(os.path.join(path, name))]
         if taken and not overwrite:

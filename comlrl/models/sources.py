@@ -39,6 +39,44 @@ def infer_model_name(source: Any) -> Optional[str]:
     return None
 
 
+class SourceNotFoundError(FileNotFoundError, ValueError):
+    """A model or tokenizer source names a local path that does not exist."""
+
+
+def looks_like_path(name: str) -> bool:
+    """True when ``name`` can only mean a local path, never a Hugging Face hub id.
+
+    Hub ids are ``name`` or ``namespace/name``: at most one "/", no backslash, never absolute and
+    never starting with "." or "~". So a string is a path when it is absolute, starts with "./",
+    "../" or "~", contains a backslash, more than one "/" or a trailing "/", or when its parent
+    folder exists here (``runs/agent_0`` inside an existing ``runs/``). Anything else that is not an
+    existing folder (``gpt2``, ``org/model``) is taken as a hub id.
+    """
+    if os.path.isabs(name) or name.startswith(("./", "../", "~", ".\\", "..\\")) or name in (".", ".."):
+        return True
+    if "\\" in name or name.count("/") > 1 or name.endswith("/"):
+        return True
+    parent = os.path.dirname(name)
+    return bool(parent) and os.path.isdir(os.path.expanduser(parent))
+
+
+def check_source_exists(name: Any, label: str) -> None:
+    """Raise ``SourceNotFoundError`` when the string ``name`` is a local path (``looks_like_path``)
+    that does not exist. Hub ids and model objects pass; nothing is loaded or downloaded."""
+    if not isinstance(name, str) or os.path.exists(os.path.expanduser(name)) or not looks_like_path(name):
+        return
+    raise SourceNotFoundError(
+        f"{label} {name!r} does not exist: no such local folder. Give the folder of a saved model (config.json "
+        f"and weights, e.g. one written by save_model) or a Hugging Face hub id such as 'org/name'."
+    )
+
+
+def check_sources_exist(sources: Sequence[Any], kind: str) -> None:
+    """``check_source_exists`` for every entry (``kind[i]`` in the message)."""
+    for index, source in enumerate(sources):
+        check_source_exists(source, f"{kind}[{index}]")
+
+
 def describe_source(source: Any) -> str:
     if isinstance(source, str):
         return repr(source)

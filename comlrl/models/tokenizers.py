@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from comlrl.models.sources import describe_source
+from comlrl.models.sources import check_source_exists, describe_source
 
 
 def _is_tokenizer_sequence(value: Any) -> bool:
@@ -55,11 +55,13 @@ def load_tokenizers(plan: Sequence[Any]) -> List[Any]:
     for entry in plan:
         if isinstance(entry, str):
             if entry not in cache:
+                check_source_exists(entry, "tokenizer")
                 try:
                     cache[entry] = AutoTokenizer.from_pretrained(entry)
                 except (OSError, ValueError) as exc:
+                    reason = " ".join(str(exc).split()).rstrip(".")
                     raise ValueError(
-                        f"Could not load a tokenizer from {entry!r}: {exc}. Give a local directory that holds "
+                        f"Could not load a tokenizer from {entry!r}: {reason}. Give a local folder that holds "
                         f"tokenizer files, a reachable hub id, or pass tokenizer=... explicitly."
                     ) from exc
             out.append(cache[entry])

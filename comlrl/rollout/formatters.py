@@ -21,6 +21,45 @@ def default_formatter(item: Mapping[str, Any], external_prompts: Optional[str] =
     return item.get("prompt", "") if isinstance(item, Mapping) else ""
 
 
+def check_prompt_rows(datasets: Mapping[str, Any], formatters: Any) -> None:
+    """Without formatters every prompt is the row's ``"prompt"``: refuse a dataset whose first row has
+    none (or an empty one), naming the fields it has and the fix. Only indexable datasets and
+    iterable ones that declare their columns are checked; nothing is consumed."""
+    if formatters is not None:
+        return
+    for name, dataset in datasets.items():
+        if dataset is None:
+            continue
+        columns = _first_row_fields(dataset)
+        if columns is None:
+            continue
+        fields, prompt = columns
+        if "prompt" not in fields:
+            problem = f"has no 'prompt' column (its rows have {sorted(fields)})"
+        elif prompt is not None and (not isinstance(prompt, str) or not prompt.strip()):
+            problem = f"has an empty or non-text 'prompt' in its first row ({prompt!r})"
+        else:
+            continue
+        raise ValueError(
+            f"{name} {problem} and no formatters were given, so the agents' prompts would be empty. Add a "
+            f"'prompt' column, or pass formatters=[...] with one callable per agent (row -> prompt str); "
+            f"comlrl.utils.chat_formatters builds them from a message such as '{{question}}'."
+        )
+
+
+def _first_row_fields(dataset: Any):
+    """``(field names, first prompt or None)`` of a dataset's first row, or None when unknown."""
+    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        if len(dataset) == 0:
+            return None
+        row = dataset[0]
+        if not isinstance(row, Mapping):
+            return None
+        return set(row), row.get("prompt")
+    columns = getattr(dataset, "column_names", None)
+    return (set(columns), None) if columns else None
+
+
 class Formatter:
     """Calls a user formatter with ``(item)`` or ``(item, external_prompts=...)`` and checks the result."""
 
@@ -66,3 +105,122 @@ def build_formatters(formatters: Any, num_agents: int, *, pass_none_external_pro
             f"formatters must be None, a callable or a list of callables (one per agent), got {type(formatters).__name__}."
         )
     return [Formatter(f, i, pass_none_external_prompts=pass_none_external_prompts) for i, f in enumerate(funcs)]
+
+
+# ----------------------------------------------------------------------------- chat templates
+
+
+def _message_function(message: Any, index: int) -> Callable[[Any], str]:
+    """A per-agent user message: a format string over the item's fields, or a callable item -> str."""
+    if callable(message):
+        return message
+    if not isinstance(message, str):
+        raise ValueError(
+            f"messages[{index}] must be a format string such as 'Answer briefly.\\n{{prompt}}' or a callable "
+            f"item -> str, got {type(message).__name__}."
+        )
+
+    def render(item: Any) -> str:
+        fields = dict(item) if isinstance(item, Mapping) else {"prompt": item}
+        try:
+            return message.format(**fields)
+        except KeyError as exc:
+            raise ValueError(
+                f"messages[{index}] {message!r} names the field {exc.args[0]!r}, which the dataset row lacks "
+                f"(it has {sorted(fields)})."
+            ) from None
+
+    return render
+
+
+def adds_bos_token(tokenizer: Any) -> bool:
+    """True when encoding text puts the tokenizer's BOS in front of it (``add_special_tokens=True``)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    try:
+        plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+        special = tokenizer("a")["input_ids"]
+    except Exception:  # a duck-typed tokenizer: assume it does not
+        return False
+    return len(special) > len(plain) and special[0] == bos
+
+
+class ChatFormatter:
+    """One agent's formatter: the user message of an item in that agent's chat template, with the
+    assistant turn opened (``add_generation_prompt=True``), as text (see ``chat_formatters``)."""
+
+    def __init__(self, message: Callable[[Any], str], tokenizer: Any, system_prompt: Optional[str] = None):
+        self.message = message
+        self.tokenizer = tokenizer
+        self.system_prompt = system_prompt
+        self.has_template = bool(getattr(tokenizer, "chat_template", None))
+        bos = getattr(tokenizer, "bos_token", None)
+        # The tokenizer adds its BOS when the prompt is encoded; a template that writes it too would
+        # give the model two, so the template's own copy is dropped from the text.
+        self._strip = bos if isinstance(bos, str) and bos and self.has_template and adds_bos_token(tokenizer) else None
+
+    def __call__(self, item: Any) -> str:
+        text = self.message(item)
+        if not isinstance(text, str):
+            raise ValueError(f"the message of {self!r} must be a str, got {type(text).__name__}.")
+        if not self.has_template:
+            return text if self.system_prompt is None else f"{self.system_prompt}\n{text}"
+        messages = [{"role": "user", "content": text}]
+        if self.system_prompt is not None:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        prompt = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if self._strip is not None and prompt.startswith(self._strip):
+            prompt = prompt[len(self._strip):]
+        return prompt
+
+    def __repr__(self) -> str:
+        return f"ChatFormatter({getattr(self.message, '__name__', 'message')}, {type(self.tokenizer).__name__})"
+
+
+def chat_formatters(
+    messages: Any,
+    tokenizers: Any,
+    *,
+    system_prompt: Optional[str] = None,
+    num_agents: Optional[int] = None,
+) -> List[ChatFormatter]:
+    """One formatter per agent that puts its user message into that agent's own chat template.
+
+    Instruct models answer a bare prompt with their end-of-turn token; in their chat template they
+    answer. Each formatter renders ``tokenizer.apply_chat_template([system?, user], tokenize=False,
+    add_generation_prompt=True)`` and returns the text (a plain ``str``), so a heterogeneous team
+    gets each model's own format.
+
+    - ``messages``: per agent, a format string over the dataset row's fields
+      (``"Give a brief answer.\\n{prompt}"``) or a callable row -> str (e.g. an existing plain-text
+      formatter); one entry shared by every agent, or a list with one per agent. In later turns the
+      row's ``prompt`` is the transition's prompt, so the same message wraps it.
+    - ``tokenizers``: per agent, a tokenizer object or the hub id / folder to load it from (each
+      distinct string loaded once); one shared, or a list with one per agent.
+    - ``system_prompt``: an optional system message (the template's default otherwise).
+    - ``num_agents``: needed only when neither argument is a list.
+
+    A tokenizer without a chat template (a base model) gets the message text as it is. When a
+    tokenizer adds its BOS token while encoding and its template writes one too, the template's is
+    dropped, so the model sees exactly one BOS.
+    """
+    from comlrl.models.tokenizers import load_tokenizers
+
+    message_list = list(messages) if isinstance(messages, (list, tuple)) else None
+    tokenizer_list = list(tokenizers) if isinstance(tokenizers, (list, tuple)) else None
+    lengths = {len(x) for x in (message_list, tokenizer_list) if x is not None}
+    if num_agents is not None:
+        lengths.add(num_agents)
+    if len(lengths) != 1:
+        raise ValueError(
+            f"chat_formatters needs one entry per agent: got {len(message_list) if message_list is not None else 'one'} "
+            f"message(s), {len(tokenizer_list) if tokenizer_list is not None else 'one'} tokenizer(s) and "
+            f"num_agents={num_agents}. Give lists of the same length (or a single shared entry and num_agents)."
+        )
+    count = lengths.pop()
+    if count < 1:
+        raise ValueError("chat_formatters needs at least one agent.")
+    message_list = message_list if message_list is not None else [messages] * count
+    loaded = load_tokenizers(tokenizer_list if tokenizer_list is not None else [tokenizers] * count)
+    return [ChatFormatter(_message_function(m, i), tok, system_prompt) for i, (m, tok) in enumerate(zip(message_list, loaded))]

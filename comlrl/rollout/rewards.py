@@ -136,6 +136,20 @@ class RewardFunction:
         if self._signature is not None:  # refuse an incompatible signature before any model loads
             self._plan = self._choose_plan([[""] for _ in range(num_agents)], [""] * num_agents, [{}])
 
+    def signature_hint(self) -> str:
+        """When the function takes one argument for several agents, how it is called and how to define
+        it instead (appended to count errors, which are then about its signature); else ""."""
+        if self._plan is None or not self._plan.list_of_lists or self.num_agents < 2:
+            return ""
+        n = self.num_agents
+        return (
+            f" Its signature {self._signature} has one positional parameter for {n} agents, so it is called with "
+            f"a single argument: the list of the {n} agents' completion lists (completions[i][j] is agent i's "
+            f"part of joint response j). Define it with one parameter per agent, "
+            f"f(completions_0, ..., completions_{n - 1}, batch_items=None), each a list of strings, or read "
+            f"completions[i][j] and return one number per j."
+        )
+
     # ------------------------------------------------------------------ raw calls
     def call_raw(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], batch_items: Optional[Sequence[Any]]) -> List[float]:
         """Call the function once and return its values, unprocessed and unchecked in length."""
@@ -197,7 +211,7 @@ class RewardFunction:
             if len(values) != 1 or count == 1:
                 raise ValueError(
                     f"reward_func {_describe(self.func)!r} returned {len(values)} values for {count} joint "
-                    f"responses; it must return exactly one number per joint response."
+                    f"responses; it must return exactly one number per joint response.{self.signature_hint()}"
                 )
             warnings.warn(
                 f"reward_func {_describe(self.func)!r} returned one value for {count} joint responses; it is "

@@ -25,7 +25,9 @@ from comlrl.training.devices import resolve_devices
 from comlrl.training.distributed import DataParallel
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
-from comlrl.training.progress import ProgressBar
+from comlrl.training.progress import ProgressBar, StepTimer, library_bars, remaining_steps
+from comlrl.training.run_record import RunRecord, describe_model
+from comlrl.training.signal import ZeroSignalMonitor, signal_metrics
 from comlrl.training.tensorboard_sink import TensorBoardSink
 from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
 from comlrl.training.workers import AgentWorkers
@@ -132,23 +134,30 @@ class TrainerBase(TrainingCheckpointMixin):
         main = self._dist.is_main
         self.state = TrainingState()
         self.wandb_config = dict(wandb_config) if wandb_config is not None else None
-        verbose = self.args.verbose
-        self.verbose = main and (verbose_from_wandb_config(self.wandb_config) if verbose is None else bool(verbose))
+        self.verbose = main and self.console_enabled(self.args, self.wandb_config)
         self._memory = MemorySink()
         self._wandb: Optional[WandbSink] = None
         self._run_config = run_config
         sinks: List[Any] = [self._memory]
+        self._run_record = RunRecord(self.args.output_dir) if self.args.output_dir and main else None
         if self.args.output_dir and main:
-            sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl")))
+            sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl"), overwrite=self.args.overwrite_output_dir))
         if self.args.tensorboard and main:
             sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
         self.metrics = MetricsLogger(sinks, self.args.logging_steps, merge=self._dist.merge_metrics)
+        self._signal = ZeroSignalMonitor(self.algorithm_name)
         self._generation_kwargs: Dict[str, Any] = {}
         # parallel_training="mp": one worker thread per agent for generation and updates
         self._workers = AgentWorkers(len(self.agents), parallel=self.args.parallel_training == "mp")
         self._dist.broadcast_parameters(list(self.agents) + list(getattr(self, "critics", [])))
         if self.wandb_config is not None and main:
             self._start_wandb()
+
+    @staticmethod
+    def console_enabled(args: Any, wandb_config: Optional[Mapping[str, Any]]) -> bool:
+        """``args.verbose``, or when it is None ``wandb_config.config_sections.output.verbose`` (default True).
+        When False, transformers' own loading/saving bars are silenced too (``library_bars``)."""
+        return verbose_from_wandb_config(wandb_config) if args.verbose is None else bool(args.verbose)
 
     def _start_wandb(self) -> None:
         if self._wandb is None:
@@ -188,6 +197,7 @@ class TrainerBase(TrainingCheckpointMixin):
         """Frozen references (with reference KL), then one ``PolicyAgent`` per language model and one
         optimizer over each ``trainable`` module (the model itself, or a wrapper adding a value head)."""
         a = self.args
+        self._agent_sources = list(sources)
         self.reference_models = build_references(models, sources, reference_devices) if a.reference_kl_enabled else []
         self.policies = [
             PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
@@ -254,15 +264,21 @@ class TrainerBase(TrainingCheckpointMixin):
             raise ValueError("train_dataset is required to train; pass train_dataset=... to the trainer.")
         self._check_data_parallel()
         self._checkpoint_begin(resume_from_checkpoint, schedule)
+        self.metrics.claim()  # a resumed run has claimed its log in the restore; a new one must not mix
+        if self._run_record is not None:
+            self._run_record.start(trainer=type(self).__name__, config=self.args, wandb_config=self.wandb_config)
         self._training_active = True
+        error: Optional[BaseException] = None
         try:
             self._run_epochs()
-        except BaseException:
+        except BaseException as exc:
+            error = exc
             self._training_failure = f"epoch {self.state.epoch + 1}, item {self.state.position} (global step {self.state.global_step})"
             raise
         finally:
             self._training_active = False
             self._checkpoint_schedule = None
+            self._finish_run_record(error)
         self._training_failure = None
 
     def _check_data_parallel(self) -> None:
@@ -292,6 +308,17 @@ class TrainerBase(TrainingCheckpointMixin):
                 "different numbers of samples; set early_termination_threshold=None for data-parallel multi-turn training."
             )
 
+    def _finish_run_record(self, error: Optional[BaseException]) -> None:
+        if self._run_record is None:
+            return
+        models = [describe_model(name, model, source) for name, model, source in self._run_models()]
+        self._run_record.finish(error=error, models=models, progress=asdict(self.state), history=self.log_history)
+
+    def _run_models(self) -> List[Tuple[str, nn.Module, Any]]:
+        """``(role, model, source)`` of every trained model, for ``run_summary.json``."""
+        sources = getattr(self, "_agent_sources", [None] * len(self.agents))
+        return [(f"agents.{i}", model, source) for i, (model, source) in enumerate(zip(self.agents, sources))]
+
     def _set_generation_kwargs(self, kwargs: Mapping[str, Any]) -> None:
         from transformers import GenerationConfig
 
@@ -307,24 +334,28 @@ class TrainerBase(TrainingCheckpointMixin):
     def _run_epochs(self) -> None:
         total = self.args.num_train_epochs
         length = dataset_length(self.train_dataset)
+        timer = StepTimer(remaining_steps(length, self._items_per_step(), self.state.epoch, self.state.position, total))
         while self.state.epoch < total:
             bar = ProgressBar(
                 total=length, initial=self.state.position, enabled=self.verbose,
                 desc=f"{self.algorithm_name} epoch {self.state.epoch + 1}/{total}",
             )
             try:
-                for start, items in self._epoch_steps(self.state.position):
+                for start, items, last in self._epoch_steps(self.state.position):
                     self._maybe_evaluate(start, len(items))
                     local, ids = self._dist.shard(start, items)
                     self._train_step(local, ids)
                     self.state.position = start + len(items)
                     self.state.global_step += 1
-                    row = self.metrics.flush(self.env_step)
-                    bar.update(len(items), row)
+                    # The epoch's last step is logged with the epoch's means, after the buffers drain.
+                    bar.update(len(items), None if last else self.metrics.flush(self.env_step))
+                    if not timer.done:
+                        bar.note(f"{self.algorithm_name}: {timer.estimate()}")
                     self._after_step()
                     self._checkpoint_after_step(self.state.global_step)
                 self._flush_buffers()
-                self.metrics.flush(self.env_step, force=True)
+                self.metrics.record(self.metrics.epoch_summary(self.state.epoch + 1))
+                bar.finish(self.metrics.flush(self.env_step, force=True))
             finally:
                 bar.close()
             self.state.epoch += 1
@@ -332,7 +363,17 @@ class TrainerBase(TrainingCheckpointMixin):
             self._after_epoch()
             self._checkpoint_after_epoch(self.state.epoch, final=self.state.epoch >= total)
 
-    def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
+    def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any], bool]]:
+        """``(first item index, items, is the epoch's last step)`` for every step from ``start``."""
+        pending = None
+        for step in self._epoch_chunks(start):
+            if pending is not None:
+                yield (*pending, False)
+            pending = step
+        if pending is not None:
+            yield (*pending, True)
+
+    def _epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
         size = self._items_per_step()
         dataset = self.train_dataset
         if is_map_dataset(dataset):
@@ -469,6 +510,12 @@ class TrainerBase(TrainingCheckpointMixin):
                 config[key] = identity[key]
         self._start_wandb()
 
+    def _record_signal(self, reward_groups: Sequence[Sequence[float]], completion_groups: Sequence[Sequence[str]]) -> None:
+        """Log the step's zero-signal fractions (``comlrl.training.signal``); warn once when it had none."""
+        metrics = signal_metrics(reward_groups, completion_groups)
+        self.metrics.record(metrics)
+        self._signal.check(metrics, self.env_step)
+
     # ------------------------------------------------------------------ algorithm interface
     def _items_per_step(self) -> int:
         raise NotImplementedError
@@ -562,8 +609,9 @@ class TrainerBase(TrainingCheckpointMixin):
             targets = self._agent_export_dirs(output_dir)
             for target in targets:
                 check_target_free(target, overwrite)
-            for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
-                save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
+            with library_bars(self.verbose):
+                for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
+                    save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
             if self._wandb is not None:
                 self._wandb.write({"final_model_saved": 1.0}, self.env_step)
         self._dist.barrier()

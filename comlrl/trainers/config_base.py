@@ -13,17 +13,49 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
+from comlrl.trainers.field_docs import document_class
 from comlrl.training.devices import normalize_parallel_training as parallel_mode
 
 
+class ConfigFieldError(TypeError, ValueError):
+    """A config was given a field it does not have (a TypeError like any bad keyword argument, and a
+    ValueError like every other config mistake)."""
+
+
+def unknown_fields_message(cls: type, unknown: Iterable[str], known: Iterable[str], where: str = "") -> str:
+    """``Unknown X field(s): 'a' (did you mean 'b'?)`` plus the valid names."""
+    known = sorted(known)
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1)
+        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (
+        f"Unknown {cls.__name__} field(s){where}: {', '.join(hints)}. Valid fields: {', '.join(known)} "
+        f"(help({cls.__name__}) or docs/configs.md describes each)."
+    )
+
 
 class ConfigBase:
-    """Mixin for trainer config dataclasses (see module docstring)."""
+    """Mixin for trainer config dataclasses (see module docstring).
+
+    Every subclass gets a ``Fields:`` section in its docstring, built from the attribute docstrings
+    of its fields (``comlrl.trainers.field_docs``), so ``help(MAGRPOConfig)`` describes each field.
+    """
 
     # Fields that may change when a run resumes from a checkpoint (documented in docs/checkpoints.md).
     resumable_fields: ClassVar[FrozenSet[str]] = frozenset()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        document_class(cls)
+
     def __new__(cls, *args: Any, **kwargs: Any):
+        # Runs before the dataclass __init__, so a misspelt keyword gets a suggestion instead of
+        # "__init__() got an unexpected keyword argument".
+        known = cls.field_names()
+        unknown = [key for key in kwargs if key not in known]
+        if unknown:
+            raise ConfigFieldError(unknown_fields_message(cls, unknown, known))
         obj = super().__new__(cls)
         names = [f.name for f in dataclasses.fields(cls) if f.init][: len(args)]
         object.__setattr__(obj, "_explicit_fields", frozenset(names) | frozenset(kwargs))
@@ -44,18 +76,11 @@ class ConfigBase:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], *, section: Optional[str] = None):
         """Build a config from a mapping; unknown keys raise a ValueError with close matches."""
-        known = set(cls.field_names())
+        known = cls.field_names()
         unknown = [key for key in values if key not in known]
         if unknown:
             where = f" in section '{section}'" if section else ""
-            hints = []
-            for key in unknown:
-                close = difflib.get_close_matches(key, sorted(known), n=1)
-                hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-            raise ValueError(
-                f"Unknown {cls.__name__} field(s){where}: {', '.join(hints)}. "
-                f"Valid fields: {', '.join(sorted(known))}."
-            )
+            raise ConfigFieldError(unknown_fields_message(cls, unknown, known, where))
         return cls(**dict(values))
 
     def to_dict(self) -> Dict[str, Any]:
@@ -71,12 +96,12 @@ def require_at_least(config: Any, name: str, minimum: float) -> None:
         raise ValueError(f"{name} must be >= {minimum}. Got {value!r}.")
 
 
-def require_int_at_least(config: Any, name: str, minimum: int) -> None:
+def require_int_at_least(config: Any, name: str, minimum: int, why: str = "") -> None:
+    """``name`` must be an int (not a bool, not a float such as 4.0) of at least ``minimum``."""
     value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer >= {minimum}. Got {value!r}.")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}. Got {value!r}.")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        reason = f" ({why})" if why else ""
+        raise ValueError(f"{name} must be an integer >= {minimum}{reason}. Got {value!r}.")
 
 
 def require_in_range(config: Any, name: str, low: float, high: float, *, low_open: bool = False) -> None:
@@ -140,7 +165,9 @@ class CommonTrainingFields(ConfigBase):
     weight_decay: float = 0.01
     """AdamW weight decay (torch's default)."""
     adam_betas: Tuple[float, float] = (0.9, 0.999)
+    """AdamW (beta1, beta2): decay rates of the gradient's running mean and running square."""
     adam_epsilon: float = 1e-8
+    """AdamW epsilon added to the denominator for numerical stability."""
     optimizer_fused: Optional[bool] = None
     """Use torch's fused AdamW kernel (None: wherever the parameters' device supports it)."""
     optimizer_in_backward: Optional[bool] = None
@@ -151,8 +178,13 @@ class CommonTrainingFields(ConfigBase):
     """Rows (completions) per forward/backward inside one optimizer step; None puts a whole
     minibatch in one forward. Lower it to bound activation memory."""
     output_dir: Optional[str] = None
-    """Where the run writes its metrics log (``metrics.jsonl``, appended to, never truncated except
-    when a resumed run drops the rows written after its checkpoint); None keeps logs in memory only."""
+    """Where the run writes its metrics log (``metrics.jsonl``), its resolved config
+    (``config.json``) and a summary (``run_summary.json``); None keeps logs in memory only. A
+    ``metrics.jsonl`` of another run there is refused (see ``overwrite_output_dir``); a run resumed
+    from a checkpoint continues its own, without the rows written after the checkpoint."""
+    overwrite_output_dir: bool = False
+    """Start ``output_dir/metrics.jsonl`` afresh when it holds another run's rows, instead of refusing
+    to mix two runs in one log."""
     tensorboard: bool = False
     """Also write every logged row to TensorBoard under ``output_dir/tensorboard`` (needs the
     ``tensorboard`` package and ``output_dir``)."""
@@ -177,13 +209,16 @@ class CommonTrainingFields(ConfigBase):
             require_int_at_least(self, "update_micro_batch_size", 1)
         if self.output_dir is not None and not isinstance(self.output_dir, str):
             raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")
+        if not isinstance(self.overwrite_output_dir, bool):
+            raise ValueError(f"overwrite_output_dir must be True or False. Got {self.overwrite_output_dir!r}.")
         if self.tensorboard and not self.output_dir:
             raise ValueError("tensorboard=True writes under output_dir; set output_dir as well.")
 
 
 # Fields of every RL config that may differ between a checkpoint and the run that resumes it.
 RESUMABLE_RUN_FIELDS = frozenset(
-    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir", "verbose"}
+    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir",
+     "overwrite_output_dir", "verbose"}
 )
 
 
@@ -202,9 +237,12 @@ class RolloutFields(CommonTrainingFields):
     string for all agents, or a list with one device per agent."""
     # --- sampling
     max_new_tokens: int = 256
+    """Most tokens sampled per completion (the end-of-sequence token included)."""
     temperature: float = 0.6
     """Sampling temperature; log-probs are scored under the same tempered distribution."""
     top_p: float = 0.6
+    """Nucleus sampling: sample from the smallest set of tokens whose probability reaches top_p
+    (1.0 disables it)."""
     top_k: Optional[int] = None
     """Top-k filter at sampling time; None or 0 disables it."""
     # --- episodes
@@ -229,6 +267,7 @@ class RolloutFields(CommonTrainingFields):
     reference_kl_enabled: bool = False
     """Penalise ``reference_kl_coef * KL(agent || frozen initial agent)`` in every reward/return."""
     reference_kl_coef: float = 0.1
+    """Weight of the KL penalty when ``reference_kl_enabled``."""
     reference_devices: Any = None
     """Devices of the frozen references (default: the agents' devices)."""
 

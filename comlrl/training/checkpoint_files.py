@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Mapping, Tuple
 import torch
 import torch.nn as nn
 
+from comlrl.models.saving import apply_umask
+
 # Largest safetensors shard of one model (bytes of tensor data). Shards keep host memory bounded
 # while a GPU model is written and keep single files at a size file systems and tools handle well.
 DEFAULT_MAX_SHARD_BYTES = 2 * 1024**3
@@ -208,6 +210,7 @@ def save_module(folder: str, module: nn.Module, max_shard_bytes: int = DEFAULT_M
     for number, names in enumerate(shards, start=1):
         filename = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
         save_file({name: unique[name].detach().cpu() for name in names}, os.path.join(folder, filename))
+        apply_umask(os.path.join(folder, filename))  # safetensors creates its files 0600
         weight_map.update({name: filename for name in names})
     index = {
         "class": type(module).__name__,

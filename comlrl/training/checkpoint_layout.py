@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
 
+from comlrl.models.saving import make_temp_dir
 from comlrl.training.checkpoint_files import CheckpointError, fsync_dir, read_json
 
 CHECKPOINT_VERSION = 2  # CoMLRL 1.4.3 wrote version 1: one training_state.pt holding everything
@@ -239,7 +240,7 @@ def next_sequence(directory: Optional[str], run_id: Optional[str], current: int)
 
 def staging_folder(directory: str, sequence: int, run_id: str) -> str:
     os.makedirs(directory, exist_ok=True)
-    return tempfile.mkdtemp(prefix=f".checkpoint-{sequence}.{run_id}.", suffix=".staging", dir=directory)
+    return make_temp_dir(directory, f".checkpoint-{sequence}.{run_id}.", ".staging")
 
 
 def publish(staging: str, target: str) -> None:

@@ -4,6 +4,12 @@ Trainers call ``record(metrics)`` after every rollout and update, and ``flush(st
 training step; a row is emitted when ``step - last_logged >= logging_steps`` (or for the first
 row), holding the mean of each metric over everything recorded since the previous row. Nothing is
 dropped by the gate. Sinks (W&B, JSONL, TensorBoard, memory) sit behind ``MetricsSink``.
+
+Epoch means: the reward and return keys (``turn_k/reward_mean``, ``turn_k/expected_return``) are
+also averaged over the whole epoch (every recorded value counts once, i.e. the mean over the
+epoch's training steps). ``epoch_summary`` returns them as ``epoch/turn_k/...`` plus ``epoch`` (the
+1-based number of the epoch that ended); the trainer puts them into the epoch's last row, where the
+progress bar, the demo's summary and the plot read them.
 """
 
 from __future__ import annotations
@@ -11,9 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Protocol
+
+
+EPOCH_KEYS = re.compile(r"^turn_\d+/(reward_mean|expected_return)$")
 
 
 class MetricsSink(Protocol):
@@ -35,31 +45,64 @@ class MemorySink:
         pass
 
 
-class JsonlSink:
-    """One JSON object per logged row, appended and flushed, so a crashed run keeps its log."""
+def logged_rows(path: str) -> int:
+    """Non-blank lines of a metrics file (0 when it does not exist)."""
+    if not os.path.isfile(path):
+        return 0
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return sum(1 for line in handle if line.strip())
 
-    def __init__(self, path: str):
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
+
+class JsonlSink:
+    """One JSON object per logged row, appended and flushed, so a crashed run keeps its log.
+
+    The file is claimed before the first row: one that already holds another run's rows is refused
+    (``FileExistsError`` naming the fixes) unless ``overwrite`` (it is then started afresh), so two
+    runs never share a log. A run that resumes from a checkpoint claims it through ``rewind``.
+    """
+
+    def __init__(self, path: str, overwrite: bool = False):
         self.path = path
-        self._file = open(path, "a", encoding="utf-8")
+        self.overwrite = overwrite
+        self._file = None
+        self._claimed = False
+
+    def claim(self) -> None:
+        """Take the file for this run (idempotent); see the class docstring."""
+        if self._claimed:
+            return
+        rows = logged_rows(self.path)
+        if rows and not self.overwrite:
+            directory = os.path.dirname(os.path.abspath(self.path))
+            raise FileExistsError(
+                f"output_dir {directory} already holds {os.path.basename(self.path)} of another run ({rows} rows); "
+                f"refusing to mix this run into it. Choose a new output_dir, set overwrite_output_dir=True in the "
+                f"config to start that log afresh, or continue that run with train(resume_from_checkpoint=...)."
+            )
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self._file = open(self.path, "w" if rows else "a", encoding="utf-8")
+        self._claimed = True
 
     def write(self, row: Mapping[str, float], step: int) -> None:
+        self.claim()
         record = {"env_step": step, "time": round(time.time(), 3), **row}
         self._file.write(json.dumps(record, allow_nan=True) + "\n")
         self._file.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
+        if self._file is not None and not self._file.closed:
             self._file.close()
 
     def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
         """Cut the file after the row that matches the last row of ``history`` (the log of the checkpoint
         a run resumes from): later rows belong to the abandoned continuation. Rewritten atomically; a
-        file that does not contain that row is left as it is."""
-        if not history:
+        file that does not contain that row is left as it is. Claims the file for the resumed run."""
+        self.close()
+        self._claimed = True
+        if not history or not os.path.isfile(self.path):
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")
             return
-        self._file.close()
         with open(self.path, encoding="utf-8") as handle:
             lines = handle.readlines()
         last = history[-1]
@@ -94,6 +137,8 @@ class MetricsLogger:
         self.last_logged_step: Optional[int] = None
         self._sums: Dict[str, float] = defaultdict(float)
         self._counts: Dict[str, int] = defaultdict(int)
+        self._epoch_sums: Dict[str, float] = defaultdict(float)
+        self._epoch_counts: Dict[str, int] = defaultdict(int)
 
     def record(self, metrics: Mapping[str, Any]) -> None:
         for key, value in metrics.items():
@@ -104,6 +149,21 @@ class MetricsLogger:
                 continue
             self._sums[key] += value
             self._counts[key] += 1
+            if EPOCH_KEYS.match(key):
+                self._epoch_sums[key] += value
+                self._epoch_counts[key] += 1
+
+    def epoch_summary(self, epoch: int) -> Dict[str, float]:
+        """``{"epoch": epoch, "epoch/<key>": mean over the epoch}`` for the reward/return keys; resets them."""
+        summary: Dict[str, float] = {"epoch": float(epoch)}
+        if self.merge is not None:  # data parallelism: the epoch of every rank
+            sums, counts = self.merge(dict(self._epoch_sums), dict(self._epoch_counts))
+            self._epoch_sums, self._epoch_counts = defaultdict(float, sums), defaultdict(int, counts)
+        for key in sorted(self._epoch_counts):
+            summary[f"epoch/{key}"] = self._epoch_sums[key] / self._epoch_counts[key]
+        self._epoch_sums.clear()
+        self._epoch_counts.clear()
+        return summary
 
     def pending(self) -> bool:
         return bool(self._counts)
@@ -137,6 +197,12 @@ class MetricsLogger:
         for sink in self.sinks:
             sink.close()
 
+    def claim(self) -> None:
+        """Let every sink that writes files claim them for this run (``JsonlSink.claim``)."""
+        for sink in self.sinks:
+            if hasattr(sink, "claim"):
+                sink.claim()
+
     def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
         """Drop rows logged after a checkpoint (whose log is ``history``, last logged at ``step``)
         from the sinks that can (JSONL, TensorBoard)."""
@@ -145,9 +211,14 @@ class MetricsLogger:
                 sink.rewind(history, step)
 
     def state_dict(self) -> Dict[str, Any]:
-        return {"last_logged_step": self.last_logged_step, "sums": dict(self._sums), "counts": dict(self._counts)}
+        return {
+            "last_logged_step": self.last_logged_step, "sums": dict(self._sums), "counts": dict(self._counts),
+            "epoch_sums": dict(self._epoch_sums), "epoch_counts": dict(self._epoch_counts),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.last_logged_step = state["last_logged_step"]
         self._sums = defaultdict(float, state["sums"])
         self._counts = defaultdict(int, state["counts"])
+        self._epoch_sums = defaultdict(float, state.get("epoch_sums", {}))  # absent in older checkpoints
+        self._epoch_counts = defaultdict(int, state.get("epoch_counts", {}))

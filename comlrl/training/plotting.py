@@ -1,9 +1,25 @@
-"""Reward / return curves from a run's ``metrics.jsonl`` (one JSON object per logged row).
+"""Curves of a run's ``metrics.jsonl`` (one JSON object per logged row) in one PNG.
 
-Rows carry ``env_step`` and metric keys; training rows hold ``turn_k/reward_mean`` and
-``turn_k/expected_return``, evaluation rows ``eval/turn_k/reward_mean`` and
-``eval/turn_k/expected_return``. ``plot_reward_curve`` draws every such series against ``env_step``
-(training solid, evaluation dashed, returns dotted) into one PNG with matplotlib's Agg backend.
+Rows carry ``env_step`` and metric keys: training rows ``turn_k/reward_mean`` and
+``turn_k/expected_return``, evaluation rows ``eval/turn_k/...``, each epoch's last row the epoch
+means ``epoch/turn_k/...`` and per-model rows ``agent_<i>/loss`` (``policy_loss``), ``entropy``,
+``completion_length`` and ``critic.../value_loss``.
+
+``build_figure`` draws, against ``env_step`` (integer ticks):
+
+- the reward panel: per run and turn, the training series as faint raw points under a smoothed line
+  (a debiased exponential moving average, TensorBoard's; from 10 points on, its weight growing to
+  0.6 at 20 points, so short runs are not drawn lagging behind their points), the epoch means as diamonds (the values
+  the progress bar and the demo print, placed in the middle of their epoch), evaluation series as
+  dashed lines. Two series with the same points (single-turn ``reward_mean`` and
+  ``expected_return``) are drawn once with both names in the label;
+- one panel per per-model quantity that is present (loss, critic loss, entropy, completion length),
+  a line per agent or critic.
+
+A file in which ``env_step`` goes back down holds several runs (appended by older versions, or
+concatenated by hand): each run is drawn separately and labelled ``run 2``, ``run 3``, ...
+Every line carries a ``gid`` (``raw:``, ``smooth:``, ``epoch:``, ``eval:``, ``agent:`` + key and run)
+so tests and tools can read the figure back.
 """
 
 from __future__ import annotations
@@ -12,18 +28,30 @@ import json
 import math
 import os
 import re
-import tempfile
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from comlrl.models.saving import make_temp_file
 
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_PNG = "reward_curve.png"
 CURVE_KEY = re.compile(r"^(eval/)?turn_(\d+)/(reward_mean|expected_return)$")
+MODEL_PANELS = (  # (panel title, metric names); keys are "<agent_i|critic_i|critic>/<name>"
+    ("loss", ("loss", "policy_loss")),
+    ("critic loss", ("value_loss",)),
+    ("entropy", ("entropy",)),
+    ("completion length (tokens)", ("completion_length",)),
+)
+MODEL_KEY = re.compile(r"^(agent_\d+|critic_\d+|critic)/(\w+)$")
+SMOOTHING = 0.6  # weight of the past in the moving average (TensorBoard's default), reached at 20 points
+MIN_SMOOTHED = 10  # fewer training points are drawn as they are: smoothing them would only lag
+STYLES = {"reward_mean": "-", "expected_return": ":"}
 
-# (evaluation row?, return rather than reward?) -> line style; returns stay visible on top of
-# equal single-turn rewards.
-LINE_STYLES = {(False, False): "-", (False, True): ":", (True, False): "--", (True, True): "-."}
+Row = Mapping[str, Any]
+Points = List[Tuple[int, float]]
+Series = Dict[str, Points]
 
-Series = Dict[str, List[Tuple[int, float]]]
+
+# ----------------------------------------------------------------------------- reading
 
 
 def resolve_metrics_path(source: str) -> str:
@@ -55,61 +83,224 @@ def read_metrics(path: str) -> List[Dict[str, object]]:
     return rows
 
 
-def curve_series(rows: List[Mapping[str, object]]) -> Series:
-    """``{metric key: [(env_step, value), ...]}`` for the reward/return keys, in file order."""
+def split_runs(rows: Sequence[Row]) -> List[List[Row]]:
+    """Consecutive rows of one run each: a row whose env_step is below the previous row's starts a new run."""
+    runs: List[List[Row]] = []
+    previous = None
+    for row in rows:
+        step = row["env_step"]
+        if not runs or (previous is not None and step < previous):
+            runs.append([])
+        runs[-1].append(row)
+        previous = step
+    return runs
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def series_of(rows: Sequence[Row], pattern: "re.Pattern[str]") -> Series:
+    """``{key: [(env_step, value), ...]}`` for the keys matching ``pattern``, in row order."""
     series: Series = {}
     for row in rows:
         for key, value in row.items():
-            if not CURVE_KEY.match(key) or isinstance(value, bool) or not isinstance(value, (int, float)):
-                continue
-            if math.isfinite(value):
+            if pattern.match(key) and _number(value):
                 series.setdefault(key, []).append((int(row["env_step"]), float(value)))
     return series
 
 
-def plot_reward_curve(source: str, out: Optional[str] = None, *, title: Optional[str] = None, overwrite: bool = False) -> str:
-    """Draw the reward/return curves of ``source`` (a run directory or a metrics JSONL) into a PNG.
+def curve_series(rows: Sequence[Row]) -> Series:
+    """The reward/return series of all rows (every run together), in file order."""
+    return series_of(rows, CURVE_KEY)
 
-    ``out`` defaults to ``reward_curve.png`` beside the metrics file. An existing ``out`` is refused
-    unless ``overwrite``. Returns the PNG path.
+
+def epoch_markers(rows: Sequence[Row], key: str) -> Points:
+    """``(x, epoch mean)`` of ``key`` (``turn_1/reward_mean``) for every epoch of one run; x is the middle
+    of the epoch's env_step range."""
+    markers: Points = []
+    start = 0
+    for row in rows:
+        value = row.get(f"epoch/{key}")
+        if _number(value):
+            end = int(row["env_step"])
+            markers.append(((start + end) // 2, float(value)))
+            start = end
+    return markers
+
+
+def smoothing_weight(count: int) -> float:
+    """0 below ``MIN_SMOOTHED`` points, then rising to ``SMOOTHING`` at 20 points: ``min(0.6, 1 - 8/n)``."""
+    return 0.0 if count < MIN_SMOOTHED else min(SMOOTHING, 1.0 - 8.0 / count)
+
+
+def smooth(values: Sequence[float], weight: float = SMOOTHING) -> List[float]:
+    """Debiased exponential moving average: ``m_t = w m_{t-1} + (1 - w) x_t``, reported as
+    ``m_t / (1 - w^t)`` so the first values are not pulled towards 0."""
+    out, mean = [], 0.0
+    for t, value in enumerate(values, start=1):
+        mean = weight * mean + (1.0 - weight) * value
+        out.append(mean / (1.0 - weight**t))
+    return out
+
+
+def curve_groups(series: Series) -> List[Tuple[List[str], Points]]:
+    """The reward/return series grouped so that identical ones are drawn once: ``[(keys, points)]``,
+    ordered by turn, training before evaluation, reward before return."""
+    groups: List[Tuple[List[str], Points]] = []
+    for key in sorted(series, key=_series_order):
+        for keys, points in groups:
+            if points == series[key] and CURVE_KEY.match(keys[0]).group(1, 2) == CURVE_KEY.match(key).group(1, 2):
+                keys.append(key)
+                break
+        else:
+            groups.append(([key], series[key]))
+    return groups
+
+
+def _series_order(key: str) -> Tuple[int, int, int]:
+    match = CURVE_KEY.match(key)
+    return (int(match.group(2)), 1 if match.group(1) else 0, 1 if match.group(3) == "expected_return" else 0)
+
+
+def group_label(keys: Sequence[str]) -> str:
+    """``turn_1/reward_mean`` or ``turn_1/reward_mean = expected_return`` for identical series."""
+    first = keys[0]
+    rest = [key.rsplit("/", 1)[1] for key in keys[1:]]
+    return " = ".join([first] + rest)
+
+
+# ----------------------------------------------------------------------------- drawing
+
+
+def build_figure(rows: Sequence[Row], title: str):
+    """The matplotlib ``Figure`` of ``rows`` (see the module docstring); no file is written."""
+    from matplotlib.figure import Figure
+
+    runs = split_runs(rows)
+    panels = [(name, keys) for name, keys in MODEL_PANELS if any(_model_series(rows, keys))]
+    figure = Figure(figsize=(10, 4.8 + (3.0 if panels else 0.0)), dpi=110)
+    grid = figure.add_gridspec(2 if panels else 1, max(len(panels), 1), height_ratios=[5, 3] if panels else None)
+    reward = figure.add_subplot(grid[0, :])
+    colours = _ColourCycle()
+    for number, run in enumerate(runs, start=1):
+        suffix = f" (run {number})" if len(runs) > 1 else ""
+        _draw_rewards(reward, run, suffix, number, colours)
+    _finish_axes(reward, "reward / return", title)
+    for column, (name, keys) in enumerate(panels):
+        axes = figure.add_subplot(grid[1, column])
+        for number, run in enumerate(runs, start=1):
+            suffix = f" (run {number})" if len(runs) > 1 else ""
+            for key, points in sorted(_model_series(run, keys).items()):
+                steps, values = zip(*points)
+                axes.plot(steps, values, linewidth=1.2, marker="." if len(points) < 40 else None,
+                          label=key.split("/")[0] + suffix, gid=f"agent:{key}:{number}")
+        _finish_axes(axes, name, None)
+    figure.tight_layout()
+    return figure
+
+
+def _model_series(rows: Sequence[Row], names: Sequence[str]) -> Series:
+    series = series_of(rows, MODEL_KEY)
+    return {key: points for key, points in series.items() if MODEL_KEY.match(key).group(2) in names}
+
+
+class _ColourCycle:
+    """One colour per (run, turn), from matplotlib's default cycle."""
+
+    def __init__(self) -> None:
+        self._given: Dict[Tuple[int, int], str] = {}
+
+    def __call__(self, run: int, turn: int) -> str:
+        if (run, turn) not in self._given:
+            self._given[(run, turn)] = f"C{len(self._given) % 10}"
+        return self._given[(run, turn)]
+
+
+def _draw_rewards(axes: Any, run: Sequence[Row], suffix: str, number: int, colours: _ColourCycle) -> None:
+    for keys, points in curve_groups(curve_series(run)):
+        match = CURVE_KEY.match(keys[0])
+        colour = colours(number, int(match.group(2)))
+        steps, values = zip(*points)
+        label = group_label(keys) + suffix
+        gid = f"{'|'.join(keys)}:{number}"
+        if match.group(1):  # evaluation: few points, drawn as they are
+            axes.plot(steps, values, "--" if match.group(3) == "reward_mean" else "-.", color=colour, marker="s",
+                      markersize=3, label=label, gid=f"eval:{gid}")
+            continue
+        style = STYLES[match.group(3)]
+        weight = smoothing_weight(len(points))
+        if weight > 0:
+            axes.plot(steps, values, style, color=colour, alpha=0.3, linewidth=0.8, marker="o", markersize=2.5,
+                      label=f"_raw {label}", gid=f"raw:{gid}")
+            axes.plot(steps, smooth(values, weight), style, color=colour, linewidth=2.0, label=f"{label} (smoothed)",
+                      gid=f"smooth:{gid}")
+        else:
+            axes.plot(steps, values, style, color=colour, marker="o", markersize=3, label=label, gid=f"raw:{gid}")
+        markers = epoch_markers(run, keys[0])
+        if markers:
+            xs, ys = zip(*markers)
+            axes.plot(xs, ys, linestyle="none", marker="D", markersize=6, color=colour, markeredgecolor="black",
+                      label=f"{label} epoch mean", gid=f"epoch:{gid}")
+
+
+def _finish_axes(axes: Any, ylabel: str, title: Optional[str]) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("env_step (joint responses scored)")
+    axes.set_ylabel(ylabel)
+    if title:
+        axes.set_title(title)
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="best", fontsize="small")
+
+
+# ----------------------------------------------------------------------------- the PNG
+
+
+def free_png_name(path: str) -> str:
+    """``path`` when it does not exist, else ``name-2.png``, ``name-3.png``, ... (the first free one)."""
+    if not os.path.exists(path):
+        return path
+    stem, extension = os.path.splitext(path)
+    number = 2
+    while os.path.exists(f"{stem}-{number}{extension}"):
+        number += 1
+    return f"{stem}-{number}{extension}"
+
+
+def plot_reward_curve(source: str, out: Optional[str] = None, *, title: Optional[str] = None, overwrite: bool = False) -> str:
+    """Draw the curves of ``source`` (a run directory or a metrics JSONL) into a PNG; returns its path.
+
+    Without ``out`` the PNG is ``reward_curve.png`` beside the metrics file; when that exists it is
+    replaced with ``overwrite``, otherwise the plot goes to the first free ``reward_curve-N.png``. An
+    ``out`` that exists is refused unless ``overwrite``.
     """
     path = resolve_metrics_path(source)
-    out = out or os.path.join(os.path.dirname(os.path.abspath(path)), DEFAULT_PNG)
-    if os.path.exists(out) and not overwrite:
+    if out is None:
+        default = os.path.join(os.path.dirname(os.path.abspath(path)), DEFAULT_PNG)
+        out = default if overwrite else free_png_name(default)
+    elif os.path.exists(out) and not overwrite:
         raise FileExistsError(f"{out} already exists; refusing to overwrite it. Choose another --out, or pass --overwrite.")
     rows = read_metrics(path)
     if not rows:
         raise ValueError(f"{path} is empty: the run logged no rows yet, so there is nothing to plot.")
-    series = curve_series(rows)
-    if not series:
+    if not curve_series(rows):
         raise ValueError(
             f"{path} has {len(rows)} rows but none with a reward or return (keys like 'turn_1/reward_mean' or "
             f"'eval/turn_1/reward_mean'); nothing to plot."
         )
-    _draw(series, out, title or os.path.basename(os.path.dirname(os.path.abspath(path))))
+    figure = build_figure(rows, title or os.path.basename(os.path.dirname(os.path.abspath(path))))
+    _save(figure, out)
     return out
 
 
-def _draw(series: Series, out: str, title: str) -> None:
+def _save(figure: Any, out: str) -> None:
     # A bare Figure renders PNG through Agg without pyplot, so the caller's backend is left alone.
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(7.5, 4.5), dpi=110)
-    axes = figure.add_subplot(1, 1, 1)
-    for key in sorted(series, key=_series_order):
-        steps, values = zip(*series[key])
-        style = LINE_STYLES[(key.startswith("eval/"), key.endswith("expected_return"))]
-        axes.plot(steps, values, style, marker="o" if len(steps) < 40 else None, markersize=3, label=key)
-    axes.set_xlabel("env_step (joint responses scored)")
-    axes.set_ylabel("reward / return")
-    axes.set_title(title)
-    axes.grid(True, alpha=0.3)
-    axes.legend(loc="best", fontsize="small")
-    figure.tight_layout()
     directory = os.path.dirname(os.path.abspath(out))
     os.makedirs(directory, exist_ok=True)
-    handle, staging = tempfile.mkstemp(prefix=".reward_curve.", suffix=".png", dir=directory)
-    os.close(handle)
+    staging = make_temp_file(directory, ".reward_curve.", ".png")
     try:
         figure.savefig(staging, format="png")
         os.replace(staging, out)
@@ -117,9 +308,3 @@ def _draw(series: Series, out: str, title: str) -> None:
         if os.path.exists(staging):
             os.remove(staging)
         raise
-
-
-def _series_order(key: str) -> Tuple[int, int, int]:
-    """Turn, then training before evaluation, then reward before return (drawn on top)."""
-    match = CURVE_KEY.match(key)
-    return (int(match.group(2)), 1 if match.group(1) else 0, 1 if match.group(3) == "expected_return" else 0)

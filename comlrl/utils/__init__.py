@@ -1,7 +1,7 @@
 """Public helpers CoMLRL users import from ``comlrl.utils`` (re-exported from where they live)."""
 
 from comlrl.models.sources import infer_model_name, resolve_model_sources
-from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.formatters import build_formatters, chat_formatters
 from comlrl.training.checkpoint_layout import read_checkpoint_metadata
 from comlrl.utils.distributed import DistributedContext, local_context, unwrap_model
 from comlrl.utils.reference_kl import (
@@ -23,6 +23,7 @@ __all__ = [
     "apply_tokenizer_specials",
     "build_formatters",
     "call_reward_function",
+    "chat_formatters",
     "clone_reference_models",
     "ensure_pad_token",
     "ensure_tokenizer",

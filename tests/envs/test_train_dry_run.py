@@ -174,7 +174,7 @@ REFUSALS = [
     (["magrpo.num_generations=four"], r"magrpo\.num_generations must be an integer"),
     (["magrpo.advantage_normalization=yes"], r"magrpo\.advantage_normalization must be true or false"),
     (["agent_model.temperature=hot"], r"agent_model\.temperature must be a number"),
-    (["magrpo.num_generations=1"], r"num_generations must be >= 2"),
+    (["magrpo.num_generations=1"], r"num_generations must be an integer >= 2"),
     (["agents=Qwen/A"], r"agents must be a list"),
     (["agent_model.name=None"], r"agent_model\.name .*agents"),
     (['agents=["A","B"]'], r"agent_model\.name and agents conflict"),
@@ -208,8 +208,8 @@ AC_REFUSALS = [
     ("magrpo_he_config.yaml", ["external.sandbox_slice=few"], r"sandbox_slice"),
     ("house_build_magrpo_config.yaml", ["task.spider.num=-1"], r"spider_num"),
     ("house_build_magrpo_config.yaml", ["task.spiders=3"], r"task\.spiders"),
-    ("str_build_magrpo_config.yaml", ["magrpo.num_turns=0"], r"num_turns must be >= 1"),
-    ("maac_he_config.yaml", ["maac.num_generations=0"], r"num_generations must be >= 1"),
+    ("str_build_magrpo_config.yaml", ["magrpo.num_turns=0"], r"num_turns must be an integer >= 1"),
+    ("maac_he_config.yaml", ["maac.num_generations=0"], r"num_generations must be an integer >= 1"),
 ]
 
 

@@ -22,11 +22,12 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics
-from comlrl.models.entities import AgentPlan, agent_count, load_agents, plan_agents
+from comlrl.models.entities import AgentPlan, agent_count, check_plan_sources, load_agents, plan_agents
+from comlrl.models.sources import check_sources_exist
 from comlrl.models.loading import check_model_config
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
-from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.formatters import build_formatters, check_prompt_rows
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import RolloutResult, TreeRollout
 from comlrl.trainers.actor_critic.config import ActorCriticFields
@@ -43,6 +44,7 @@ from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, n
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
+from comlrl.training.progress import library_bars
 from comlrl.training.optim import AgentOptimizer
 
 
@@ -96,12 +98,14 @@ class ActorCriticTrainerBase(TrainerBase):
         self.num_agents = count
         self.model_name = plan.model_name
         self.formatters = build_formatters(formatters, count, pass_none_external_prompts=True)
+        check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
         self.reward = RewardFunction(reward_func, count, reward_processor)
         self._join_data_parallel(args)
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
         reference_devices = self._reference_devices(self.agent_devices)
-        self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
+        with library_bars(self.console_enabled(args, wandb_config)):
+            self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
         self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, external_transition=external_transition)
         self.metrics_callback = metrics_callback
@@ -171,10 +175,14 @@ class ActorCriticTrainerBase(TrainerBase):
     def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices, reference_devices, head_dims) -> None:
         args = self.args
         actor_dim, critic_dim = head_dims
+        if critic_plan:  # every missing path is named before the first model loads
+            check_sources_exist(critic_plan.sources, "critics")
+        check_plan_sources(plan)
         backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
         self.tokenizer = self.tokenizers[0]
         self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]
         self.critics = load_critics(critic_plan, model_config, critic_devices, critic_dim) if critic_plan else []
+        self._critic_sources = list(critic_plan.sources) if critic_plan else []
         self._critic_of_agent = self._critic_slots()
         for slot, critic in enumerate(self.critics):
             reader = self._critic_reader(slot)
@@ -211,6 +219,16 @@ class ActorCriticTrainerBase(TrainerBase):
                     seen.add(id(model))
                     out[f"{attribute}.{index}"] = model
         return out
+
+    def _run_models(self) -> List[Tuple[str, nn.Module, Any]]:
+        """Actors, then each distinct critic, with their sources (``run_summary.json``)."""
+        models = super()._run_models()
+        seen = set()
+        for slot, (critic, source) in enumerate(zip(self.critics, self._critic_sources)):
+            if id(critic) not in seen:
+                seen.add(id(critic))
+                models.append((f"critics.{slot}", critic, source))
+        return models
 
     def named_optimizers(self) -> Dict[str, torch.optim.Optimizer]:
         """Every optimizer once, by attribute path ("agent_optimizers.0", critic optimizers, ...)."""
@@ -312,10 +330,21 @@ class ActorCriticTrainerBase(TrainerBase):
         self.metrics.record(self._rollout_metrics(samples))
         for item_samples in per_item:
             self.metrics.record(self._callback_metrics(item_samples))
+        self._record_sample_signal(per_item, k)
         for agent in range(self.num_agents):
             self.rollout_buffers[agent].extend(s for s in samples if s.agent_idx == agent)
         if len(self.rollout_buffers[0]) >= self._per_rank(self.args.rollout_buffer_size, "rollout_buffer_size"):
             self._drain()
+
+    def _record_sample_signal(self, per_item: List[List[RolloutSample]], k: int) -> None:
+        """Zero-signal groups: each (item, agent, turn)'s K samples, or with K = 1 each (agent, turn)'s
+        samples over the step's items."""
+        groups: Dict[Tuple[int, ...], List[RolloutSample]] = {}
+        for index, samples in enumerate(per_item):
+            for sample in samples:
+                key = (sample.agent_idx, sample.turn_idx) if k == 1 else (index, sample.agent_idx, sample.turn_idx)
+                groups.setdefault(key, []).append(sample)
+        self._record_signal([[float(s.reward) for s in g] for g in groups.values()], [[s.completion for s in g] for g in groups.values()])
 
     def _flush_buffers(self) -> None:
         if any(self.rollout_buffers):
@@ -468,6 +497,7 @@ class ActorCriticTrainerBase(TrainerBase):
         state dict (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are
         refused unless ``overwrite=True``. A W&B run stays open.
         """
-        write_exports(self._export_entries(output_dir), overwrite)
+        with library_bars(self.verbose):
+            write_exports(self._export_entries(output_dir), overwrite)
         if self._wandb is not None:
             self._wandb.write({"final_model_saved": 1.0}, self.env_step)

@@ -73,11 +73,7 @@ class MAGRPOConfig(RolloutFields):
     def __post_init__(self) -> None:
         require_int_at_least(self, "num_train_epochs", 1)
         require_int_at_least(self, "num_agents", 1)
-        if isinstance(self.num_generations, bool) or not isinstance(self.num_generations, int) or self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be >= 2: the group baseline needs at least two samples per prompt. "
-                f"Got {self.num_generations!r}."
-            )
+        require_int_at_least(self, "num_generations", 2, "the group baseline needs at least two samples per prompt")
         require_int_at_least(self, "rollout_buffer_size", 1)
         require_int_at_least(self, "eval_interval", 0)
         require_int_at_least(self, "eval_num_samples", 0)

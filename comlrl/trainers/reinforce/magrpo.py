@@ -18,7 +18,7 @@ import torch
 from comlrl.core.advantages import group_advantages, normalize_groups
 from comlrl.models.entities import agent_count, load_agents, plan_agents
 from comlrl.models.loading import check_model_config
-from comlrl.rollout.formatters import build_formatters
+from comlrl.rollout.formatters import build_formatters, check_prompt_rows
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
@@ -26,6 +26,7 @@ from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
+from comlrl.training.progress import library_bars
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
 NodeSample = GroupSample
@@ -70,6 +71,7 @@ class MAGRPOTrainer(TrainerBase):
         args.num_agents = count
         plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
         self.formatters = build_formatters(formatters, count, pass_none_external_prompts=False)
+        check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
         self.reward = RewardFunction(reward_func, count, reward_processor)
         self._check_transition(args, external_transition, "MAGRPO")
         for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
@@ -83,9 +85,10 @@ class MAGRPOTrainer(TrainerBase):
 
         self.num_agents = count
         self.model_name = plan.model_name
-        self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
-        self.tokenizer = self.tokenizers[0]
-        self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
+        with library_bars(self.console_enabled(args, wandb_config)):
+            self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
+            self.tokenizer = self.tokenizers[0]
+            self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
         self.optimizers = [policy.optimizer.optimizer for policy in self.policies]
         self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, external_transition=external_transition)
@@ -141,6 +144,7 @@ class MAGRPOTrainer(TrainerBase):
         result = tree.run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
         self.env_step += self._dist.sum_int(result.env_steps)
         self._record_rollout(result)
+        self._record_tree_signal(tree, result)
         for sample in result.samples:
             sample.policy_version = self.policies[sample.agent_idx].version
             self.rollout_buffers[sample.agent_idx].append(sample)
@@ -180,6 +184,18 @@ class MAGRPOTrainer(TrainerBase):
                     metrics[f"turn_{turn + 1}/reference_kl_mean"] = kl
                     metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = kl * self.args.reference_kl_coef
         self.metrics.record(metrics)
+
+    def _record_tree_signal(self, tree: TreeRollout, result: RolloutResult) -> None:
+        """Groups of the zero-signal metrics: each node's credited returns (what the advantages are
+        computed from) and each (node, agent)'s K completions."""
+        nodes, stack = [], list(result.roots)
+        while stack:
+            node = stack.pop()
+            nodes.append(node)
+            stack.extend(node.children.values())
+        returns = [node.returns.tolist() for node in nodes]
+        completions = [tree.texts(node, agent) for node in nodes for agent in range(self.num_agents)]
+        self._record_signal(returns, completions)
 
     def _flush_buffers(self) -> None:
         batches = [[buffer] if buffer else [] for buffer in self.rollout_buffers]

@@ -1,0 +1,134 @@
+"""What a run writes beside its ``metrics.jsonl``: its resolved config and a short summary.
+
+- ``config.json`` at ``train()`` start: the trainer and config class, every config field (after
+  validation, so defaults and derived values are explicit) and the W&B settings, with the value of
+  every key that names a credential replaced by ``"***"``.
+- ``run_summary.json`` when ``train()`` returns or fails: status, library versions, each model and
+  where it came from, the wall time of this ``train()`` call, progress, and the latest value of
+  every logged metric.
+
+Both are rewritten atomically by each ``train()`` call (a resumed run updates them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from comlrl.models.saving import make_temp_file
+from comlrl.models.sources import describe_source
+from comlrl.training.checkpoint_state import jsonable
+from comlrl.training.wandb_sink import scrub_secrets
+
+CONFIG_FILE = "config.json"
+SUMMARY_FILE = "run_summary.json"
+MASK = "***"
+
+
+def redact(value: Any) -> Any:
+    """A copy of nested dicts/lists with the value of every credential key replaced by ``"***"`` (the
+    key stays, so a reader sees it was set). Which keys are credentials is the W&B sink's rule
+    (``scrub_secrets`` drops exactly them), so the two never disagree."""
+    if isinstance(value, Mapping):
+        kept = scrub_secrets(dict.fromkeys(value))
+        return {key: redact(item) if key in kept else (None if item is None else MASK) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact(item) for item in value]
+    return value
+
+
+def write_json_atomically(path: str, value: Any) -> None:
+    """``value`` as indented JSON at ``path``, via a temporary file renamed into place."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    staging = make_temp_file(directory, f".{os.path.basename(path)}.", ".tmp")
+    try:
+        with open(staging, "w", encoding="utf-8") as handle:
+            json.dump(value, handle, indent=2, sort_keys=False, allow_nan=False)
+            handle.write("\n")
+        os.replace(staging, path)
+    except BaseException:
+        if os.path.exists(staging):
+            os.remove(staging)
+        raise
+
+
+def library_versions() -> Dict[str, str]:
+    import torch
+    import transformers
+
+    from comlrl import __version__
+
+    return {"comlrl": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
+
+
+def describe_model(name: str, model: Any, source: Any) -> Dict[str, Any]:
+    """Role, source (a path made absolute when it is a local folder), class, parameter count, dtype."""
+    if isinstance(source, str):
+        where = os.path.abspath(source) if os.path.isdir(source) else source
+    else:
+        where = describe_source(source)
+    parameters = list(model.parameters()) if hasattr(model, "parameters") else []
+    return {
+        "role": name,
+        "source": where,
+        "class": type(model).__name__,
+        "parameters": sum(p.numel() for p in parameters),
+        "dtype": str(parameters[0].dtype).removeprefix("torch.") if parameters else None,
+    }
+
+
+def latest_metrics(rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """The last logged value of every metric key (training, evaluation and epoch means)."""
+    latest: Dict[str, Any] = {}
+    for row in rows:
+        for key, value in row.items():
+            if key not in ("env_step", "time"):
+                latest[key] = value
+    return jsonable(latest)
+
+
+class RunRecord:
+    """Writes ``config.json`` and ``run_summary.json`` into ``output_dir`` (see module docstring)."""
+
+    def __init__(self, output_dir: str):
+        self.output_dir = output_dir
+        self._started: Optional[float] = None
+        self._started_at: Optional[str] = None
+
+    def start(self, *, trainer: str, config: Any, wandb_config: Optional[Mapping[str, Any]]) -> None:
+        self._started = time.perf_counter()
+        self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        fields = {name: getattr(config, name) for name in config.field_names()}
+        record = {
+            "trainer": trainer,
+            "config_class": type(config).__name__,
+            "config": jsonable(redact(fields)),
+            "wandb_config": jsonable(redact(dict(wandb_config))) if wandb_config is not None else None,
+        }
+        write_json_atomically(os.path.join(self.output_dir, CONFIG_FILE), record)
+
+    def finish(
+        self,
+        *,
+        error: Optional[BaseException],
+        models: List[Dict[str, Any]],
+        progress: Mapping[str, Any],
+        history: Sequence[Mapping[str, Any]],
+    ) -> None:
+        wall = time.perf_counter() - self._started if self._started is not None else None
+        summary = {
+            "status": "completed" if error is None else "failed",
+            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+            "versions": library_versions(),
+            "models": models,
+            "started_at": self._started_at,
+            "wall_time_s": round(wall, 3) if wall is not None else None,
+            "progress": dict(progress),
+            "final_metrics": latest_metrics(history),
+        }
+        write_json_atomically(os.path.join(self.output_dir, SUMMARY_FILE), jsonable(summary))
