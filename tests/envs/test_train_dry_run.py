@@ -113,7 +113,7 @@ def test_magrpo_che(capsys):
                 "discount": 0.9, "early_termination_threshold": -0.2, "temperature": 0.6, "top_p": 0.6, "top_k": None,
                 "eval_interval": 4, "eval_num_samples": 4, "external_prompt_passthrough": True}
     assert {k: c[k] for k in expected} == expected
-    assert d["environment_options"] == {"external_mode": "level_feedback", "sandbox_slice": 1, "num_turns": 2}
+    assert d["environment_options"] == {"external_mode": "level_feedback", "sandbox_slice": 1, "num_turns": 2, "num_agents": 2}
     assert d["reward_processor"] == {"scale_factor": 1.0, "shift": -4.0}
     assert d["dataset"]["train_split"] == "train[16:]" and d["seed"] == 42
     assert d["model_config"] == {"torch_dtype": "bfloat16"}
@@ -178,7 +178,7 @@ REFUSALS = [
     (["agents=Qwen/A"], r"agents must be a list"),
     (["agent_model.name=None"], r"agent_model\.name .*agents"),
     (['agents=["A","B"]'], r"agent_model\.name and agents conflict"),
-    (['agents=["A","B","C"]', "agent_model.name=None", "magrpo.num_agents=3"], r"2 agents but agents gives 3"),
+    (['agents=["A","B","C"]', "agent_model.name=None", "magrpo.num_agents=3"], r"tldr environment takes 1 or 2 agents but agents gives 3"),
     (['agents=["A","B"]', "agent_model.name=None", "magrpo.num_agents=3"], r"magrpo\.num_agents is 3 but agents lists 2"),
     (["critic_model.name=Qwen/C"], r"magrpo trains no critic, but critic_model\.name is set"),
     (["tokenizer.padding_side=right"], r"tokenizer\.padding_side"),
