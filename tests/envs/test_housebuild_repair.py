@@ -147,3 +147,11 @@ def test_resource_schedule_needs_limited_resources():
     with pytest.raises(ValueError, match="resource_schedule.*task.limited_resource=true"):
         get_environment("housebuild", external_mode="resource_schedule", limited_resource=False, seed=0)
     assert get_environment("housebuild", external_mode="rect-modification", seed=0).options.external_mode == "rect_modification"
+
+
+def test_position_modification_shows_the_limits_without_the_first_turn_instructions(tmp_path):
+    env, row = env_for(tmp_path, "position_modification", original_prompt=False, lim=1)
+    first, _ = env.external_transition(prompt=row["prompt"], agent_completions=["", ""], num_agents=2)
+    # as the original: the limits text stands in for the instructions that carry it; the first wrong cell by y is (0, 0, 0)
+    assert "Resource limits per agent (air unlimited):\n- white_concrete: 7\n- obsidian: 5" in first and "You are agent" not in first
+    assert first.endswith("Suggested fixes (use them to correct errors):\n(0 0 0 white_concrete)")

@@ -246,3 +246,16 @@ def test_grpo_mbpp_two_turns_and_ac_tldr_value_head(chat_models, tmp_path):
                 *tiny("ac")], tmp_path / "ac")
     check_single_run(run, ["level_1", "split"], layout="root")
     assert os.path.exists(run / "value_head.pt") and not os.path.exists(run / "critic")
+
+
+def test_an_agent_saved_into_the_folder_itself_is_refused_before_training(chat_models, tmp_path, capsys):
+    llama = chat_models["llama"]
+    overrides = [f"agent_model.name={llama}", "critic_model.name=None", "ac.use_separate_critic=false", *tiny("ac")]
+    first = train("ac_tldr_config.yaml", overrides, tmp_path / "first")
+    weights = (first / "model.safetensors").read_bytes()
+    # another run saving where the first one's agent lies (value-head layout: no agent_i/ or critic/ folder)
+    args = ["train", "--config", "ac_tldr_config.yaml", "--output-dir", str(tmp_path / "second"), "--override", *overrides,
+            f"output.save_path={first}"]
+    assert main(args) == 2
+    assert "already holds saved models (model.safetensors, value_head.pt)" in capsys.readouterr().err
+    assert not (tmp_path / "second").exists() and (first / "model.safetensors").read_bytes() == weights
