@@ -321,6 +321,9 @@ def _entities(algorithm: Algorithm, section: str, data: Mapping[str, Any], fixed
     if agent_model is None and agents is None:
         raise ValueError("Set agent_model.name (one model for every agent) or agents (a list, one per agent); both are null.")
     count = len(agents) if agents else config.num_agents
+    if agents and algorithm.agents is not None and len(agents) != algorithm.agents:
+        raise ValueError(f"{algorithm.name} trains {algorithm.agents} agent (a single-agent baseline) but agents lists {len(agents)} "
+                         f"models; give one, or use magrpo, iac or maac for a team.")
     if agents and config.is_explicit("num_agents") and config.num_agents != len(agents):
         raise ValueError(f"{section}.num_agents is {config.num_agents} but agents lists {len(agents)} models; make them agree.")
     if count not in env_agents:

@@ -15,7 +15,8 @@ from comlrl.adapters import CompletionClient
 from comlrl.cli import main
 from comlrl.envs import get_environment
 from comlrl.envs.coding.expert import PROVIDERS, ExpertEditsError, ExpertRequestRefused, last_json_object, resolve_settings
-from local_http import LocalServer, Reply
+from local_http import Reply
+from test_completion_api import Sleeps, server  # noqa: F401 (the scripted 127.0.0.1 server fixture)
 
 from .test_train_cli import tiny
 
@@ -36,17 +37,6 @@ def _clean_env(monkeypatch):
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "OPENAI_API_KEY",
                  "ANTHROPIC_API_KEY", "DEEPSEEK_API_KEY", "DASHSCOPE_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def server():
-    with LocalServer() as srv:
-        yield srv
-
-
-class Sleeps(list):
-    def __call__(self, seconds):
-        self.append(seconds)
 
 
 def openai_reply(content):

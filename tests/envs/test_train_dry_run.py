@@ -210,6 +210,13 @@ AC_REFUSALS = [
     ("house_build_magrpo_config.yaml", ["task.spiders=3"], r"task\.spiders"),
     ("str_build_magrpo_config.yaml", ["magrpo.num_turns=0"], r"num_turns must be >= 1"),
     ("maac_he_config.yaml", ["maac.num_generations=0"], r"num_generations must be >= 1"),
+    # the single-agent baselines
+    ("grpo_tldr_config.yaml", ["grpo.num_agents=2"], r"grpo\.num_agents is 2 but grpo trains 1 agent"),
+    ("grpo_tldr_config.yaml", ['agents=["A","B"]', "agent_model.name=None"], r"grpo trains 1 agent .* but agents lists 2 models"),
+    ("ac_he_config.yaml", ["critic_model.name=None"], r"ac needs a critic"),
+    ("ac_he_config.yaml", ['critics=["A","B"]', "critic_model.name=None"], r"critics lists 2 models but ac needs 1"),
+    ("grpo_tldr_config.yaml", ["critic_model.name=Qwen/C"], r"grpo trains no critic"),
+    ("str_build_magrpo_config.yaml", ["magrpo.num_agents=1"], r"strbuild environment takes 2 agents but magrpo\.num_agents gives 1"),
 ]
 
 
