@@ -265,11 +265,12 @@ class ExpertEditor:
         """``(aux edits, main edits)`` for the request ``text`` ("" each after a failure with the
         fallback policy)."""
         s = self.settings
+        temperature = 1.0 if s.temperature is None else s.temperature  # None: removed from the body (extra_body)
         problem = "no reply yet"
         for _ in range(s.attempts):
             self.requests += 1
             try:
-                reply = self.client.complete(text, 1, max_new_tokens=s.max_tokens, temperature=1.0 if s.temperature is None else s.temperature, top_p=1.0)[0]
+                reply = self.client.complete(text, 1, max_new_tokens=s.max_tokens, temperature=temperature, top_p=1.0)[0]
             except (CompletionAPIRequestError, InsufficientBalanceError) as error:
                 raise ExpertRequestRefused(f"external.mode=expert_edits: the {self.describe()} refused the request: {error}") from error
             except (CompletionAPIUnavailable, CompletionAPIResponseError) as error:
