@@ -2,14 +2,16 @@
 
 Adding one is one ``Algorithm`` entry; a new trainer family (a different constructor) also adds
 its keyword builder to ``comlrl.train_cli.TRAINER_KWARGS``. Classes are named as
-``"module:attribute"`` and imported only when a run needs them.
+``"module:attribute"`` and imported only when a run needs them. ``grpo`` and ``ac`` are the task
+repositories' single-agent baselines (their ``train_grpo.py`` / ``train_ac.py``): MAGRPO and IAC
+with one agent, on an environment built with ``num_agents=1``.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class Algorithm:
     """YAML sections read for the config, first found wins (the MAGRPO variants also read ``magrpo``)."""
     family: str
     """Constructor family: "reinforce" (MAGRPO-like) or "actor_critic" (IAC/MAAC-like)."""
+    agents: Optional[int] = None
+    """A fixed team size (1: a single-agent baseline); None: the section's ``num_agents``."""
 
     def trainer_class(self) -> type:
         return _load(self.trainer)
@@ -45,6 +49,9 @@ ALGORITHMS: Dict[str, Algorithm] = {
     "maremax": Algorithm("maremax", f"{_REINFORCE}:MAReMaxTrainer", f"{_REINFORCE}:MAReMaxConfig", ("maremax", "magrpo"), "reinforce"),
     "iac": Algorithm("iac", f"{_AC}:IACTrainer", f"{_AC}:IACConfig", ("iac",), "actor_critic"),
     "maac": Algorithm("maac", f"{_AC}:MAACTrainer", f"{_AC}:MAACConfig", ("maac",), "actor_critic"),
+    # the single-agent baselines, named as the task repositories name them
+    "grpo": Algorithm("grpo", f"{_REINFORCE}:MAGRPOTrainer", f"{_REINFORCE}:MAGRPOConfig", ("grpo",), "reinforce", agents=1),
+    "ac": Algorithm("ac", f"{_AC}:IACTrainer", f"{_AC}:IACConfig", ("ac",), "actor_critic", agents=1),
 }
 
 

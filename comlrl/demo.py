@@ -39,7 +39,7 @@ PROMPTS = [
 SUMMARY_FILE = "demo_summary.json"
 # docs/benchmarks.md: `comlrl demo` defaults, model cached, 2-core CPU
 MEASURED_TIME = "about 2 minutes on two CPU cores with the defaults (measured 1 min 53 s, model cached)"
-OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE, "config.json", "run_summary.json")
+OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE, "run_config.json", "run_summary.json")
 
 
 def length_ratio_reward(completions1: Sequence[str], completions2: Sequence[str]) -> List[float]:

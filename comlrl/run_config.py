@@ -4,8 +4,8 @@ Layout: ``agent_model`` (name, type, temperature, top_p, top_k, max_length, torc
 special_tokens), ``agents``, ``critic_model``, ``critics``, ``dataset`` (name, type, train_split,
 eval_split, offline, num_train_items, num_eval_items), ``tokenizer`` (padding_side), ``external``,
 ``prompt``, ``task``, ``reward``, ``sandbox`` (the environment's options), ``output`` (base_dir,
-save_final_model, save_path, verbose), one section per algorithm (``magrpo``, ``iac``, ``maac``, ...,
-the trainer config's fields), ``reward_processor`` (enabled, scale_factor, shift), ``wandb``
+save_final_model, save_path, verbose), one section per algorithm (``magrpo``, ``iac``, ``maac``, the
+single-agent ``grpo`` and ``ac``, ..., the trainer config's fields), ``reward_processor`` (enabled, scale_factor, shift), ``wandb``
 (project, entity, name/run_name, dir, tags, group, notes, mode), ``checkpoint`` (dir, interval,
 steps, total_limit, resume), ``seed``, and optionally ``algorithm`` and ``environment``.
 
@@ -132,17 +132,33 @@ class RunPlan:
         return self.output["dir"]
 
     def to_dict(self) -> Dict[str, Any]:
+        """The plan as plain data, credentials masked (``without_secrets``)."""
         trainer = self.algorithm.trainer.split(":")[1]
         entities = dataclasses.asdict(self.entities)
         if entities["use_separate_critic"] is None:
             entities.pop("use_separate_critic")
-        return _plain({
+        return without_secrets(_plain({
             "algorithm": self.algorithm.name, "trainer": trainer, "environment": self.environment,
             "environment_options": self.environment_options, "entities": entities,
             "config": {type(self.config).__name__: self.config.to_dict()}, "model_config": self.model_config,
             "dataset": self.dataset, "output": self.output, "reward_processor": self.reward_processor, "wandb": self.wandb,
             "checkpoint": self.checkpoint, "seed": self.seed, "source": self.source,
-        })
+        }))
+
+
+def without_secrets(data: Any) -> Any:
+    """``data`` for the screen or a file: credential-named fields masked (``redact_secrets``) and
+    passwords or credential query parameters of ``*_url`` values masked (``redact_url``)."""
+    from comlrl.training.redaction import redact_secrets, redact_url
+
+    def urls(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: redact_url(v) if str(k).endswith("_url") and isinstance(v, str) else urls(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [urls(v) for v in value]
+        return value
+
+    return urls(redact_secrets(data))
 
 
 def _plain(value: Any) -> Any:
@@ -268,6 +284,13 @@ def _trainer_config(algorithm: Algorithm, section: str, data: Mapping[str, Any],
     for key in SAMPLING_KEYS:
         if key not in values and key in fixed["agent_model"]:
             values[key] = fixed["agent_model"][key]
+    if algorithm.agents is not None:
+        if values.get("num_agents", algorithm.agents) != algorithm.agents:
+            raise ValueError(
+                f"{section}.num_agents is {values['num_agents']!r} but {algorithm.name} trains {algorithm.agents} agent (the task "
+                f"repositories' single-agent baseline); remove it, or use magrpo, iac or maac for a team."
+            )
+        values["num_agents"] = algorithm.agents
     values["output_dir"] = run_dir  # already the --output-dir flag, else this section's output_dir, else output.base_dir
     if "verbose" not in values and fixed["output"].get("verbose") is not None:
         values["verbose"] = fixed["output"]["verbose"]
@@ -289,7 +312,8 @@ def _origin(key: str) -> str:
     return {"output_dir": "output.base_dir", "verbose": "output.verbose", "external_prompt_passthrough": "external"}.get(key, f"agent_model.{key}")
 
 
-def _entities(algorithm: Algorithm, section: str, data: Mapping[str, Any], fixed: Mapping[str, Dict[str, Any]], config: Any, env_agents: int) -> Entities:
+def _entities(algorithm: Algorithm, section: str, data: Mapping[str, Any], fixed: Mapping[str, Dict[str, Any]], config: Any,
+              env_agents: Sequence[int], env: str) -> Entities:
     agent_model = _model_name(fixed["agent_model"].get("name"), "agent_model.name")
     agents = _name_list(data.get("agents"), "agents")
     critic_model = _model_name(fixed["critic_model"].get("name"), "critic_model.name")
@@ -297,11 +321,18 @@ def _entities(algorithm: Algorithm, section: str, data: Mapping[str, Any], fixed
     if agent_model is None and agents is None:
         raise ValueError("Set agent_model.name (one model for every agent) or agents (a list, one per agent); both are null.")
     count = len(agents) if agents else config.num_agents
+    if agents and algorithm.agents is not None and len(agents) != algorithm.agents:
+        raise ValueError(f"{algorithm.name} trains {algorithm.agents} agent (a single-agent baseline) but agents lists {len(agents)} "
+                         f"models; give one, or use magrpo, iac or maac for a team.")
     if agents and config.is_explicit("num_agents") and config.num_agents != len(agents):
         raise ValueError(f"{section}.num_agents is {config.num_agents} but agents lists {len(agents)} models; make them agree.")
-    if count != env_agents:
+    if count not in env_agents:
+        sizes = " or ".join(map(str, env_agents))
+        if algorithm.agents is not None:
+            raise ValueError(f"{algorithm.name} trains {algorithm.agents} agent (a single-agent baseline), but the {env} environment has "
+                             f"{sizes} agents; use magrpo, iac or maac for it.")
         key = "agents" if agents else f"{section}.num_agents"
-        raise ValueError(f"This environment has {env_agents} agents but {key} gives {count}; set {key} to {env_agents}.")
+        raise ValueError(f"The {env} environment takes {sizes} agents but {key} gives {count}; set {key} to {sizes}.")
     _same("agent_model.name", agent_model, "agents", agents)
     _same("critic_model.name", critic_model, "critics", critics)
     separate = getattr(config, "use_separate_critic", None)
@@ -393,11 +424,14 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
     section_values = data.get(section) or {}
     run_dir = output_dir or (section_values.get("output_dir") if isinstance(section_values, Mapping) else None) or fixed["output"].get("base_dir") or f"runs/{chosen.name}_{environment}"
     config = _trainer_config(chosen, section, data, fixed, run_dir, raws)
+    spec = environment_spec(environment)
+    entities = _entities(chosen, section, data, fixed, config, env_agents=spec.agent_counts, env=environment)
     options["num_turns"] = config.num_turns
+    if "num_agents" in {f.name for f in dataclasses.fields(spec.options_cls)}:
+        options["num_agents"] = entities.num_agents
     from comlrl.envs.base import build_options
 
     build_options(environment, options)  # the environment's own checks, before anything loads
-    entities = _entities(chosen, section, data, fixed, config, env_agents=2)
     save_path = fixed["output"].get("save_path")
     if save_path is None or save_path == fixed["output"].get("base_dir"):
         save_path = config.output_dir  # the agents follow the run directory (also when --output-dir moves it)

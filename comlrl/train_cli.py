@@ -27,6 +27,7 @@ import yaml
 RUN_FILES = ("config.yaml", "resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
 TENSORBOARD_DIR = "tensorboard"
 SAVED_DIRS = ("agent_0", "agent_1", "critic")
+SAVED_FILES = ("model.safetensors", "value_head.pt")  # an agent saved into the folder itself (IAC with one agent)
 MODEL_NAME_KEYS = ("agent_model", "agents", "critic_model", "critics")
 
 
@@ -111,6 +112,7 @@ def check_run_dir(path: str, *, overwrite: bool, resuming: bool) -> None:
 def check_save_path(path: str, *, overwrite: bool) -> None:
     """Refuse, before training, agents saved earlier where this run will save its own (unless overwriting)."""
     taken = [name for name in SAVED_DIRS if os.path.isdir(os.path.join(path, name)) and os.listdir(os.path.join(path, name))]
+    taken += [name for name in SAVED_FILES if os.path.isfile(os.path.join(path, name))]
     if taken and not overwrite:
         raise FileExistsError(
             f"{path!r} already holds saved models ({', '.join(taken)}) where this run saves its agents; pass --overwrite to "
@@ -239,12 +241,14 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
     """Build, train, save the agents and draw the reward curve; returns the trainer."""
     from comlrl.training.plotting import plot_reward_curve
 
+    from comlrl.run_config import without_secrets
+
     main_process = is_main_process()
     if not main_process:
         log = _silent
     else:
         os.makedirs(plan.run_dir, exist_ok=True)
-        for name, content in (("config.yaml", plan.merged), ("resolved_config.yaml", plan.to_dict())):
+        for name, content in (("config.yaml", without_secrets(plan.merged)), ("resolved_config.yaml", plan.to_dict())):
             with open(os.path.join(plan.run_dir, name), "w", encoding="utf-8") as handle:
                 yaml.safe_dump(content, handle, sort_keys=False, width=120)
     c = plan.config

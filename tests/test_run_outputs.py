@@ -1,4 +1,4 @@
-"""A run's output_dir: never two runs in one metrics.jsonl, and config.json / run_summary.json beside it."""
+"""A run's output_dir: never two runs in one metrics.jsonl, and run_config.json / run_summary.json beside it."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_config_and_summary_are_written_beside_the_metrics(tiny_paths, prompts_d
     trainer = make(tiny_paths, prompts_dataset, tmp_path, agent_learning_rate=3e-4)
     trainer.train()
     trainer.close()
-    with open(tmp_path / "config.json", encoding="utf-8") as handle:
+    with open(tmp_path / "run_config.json", encoding="utf-8") as handle:
         config = json.load(handle)
     assert config["trainer"] == "MAGRPOTrainer" and config["config_class"] == "MAGRPOConfig"
     assert set(config["config"]) == set(MAGRPOConfig.field_names())
@@ -96,8 +96,8 @@ def test_secrets_are_redacted_in_config_json(tmp_path):
     record = RunRecord(str(tmp_path))
     wandb = {"project": "p", "api_key": "sk-123", "config_sections": {"judge": {"openai_token": "t-456", "model": "m"}}}
     record.start(trainer="MAGRPOTrainer", config=MAGRPOConfig(num_turns=1), wandb_config=wandb)
-    text = (tmp_path / "config.json").read_text()
+    text = (tmp_path / "run_config.json").read_text()
     assert "sk-123" not in text and "t-456" not in text
     saved = json.loads(text)["wandb_config"]
     assert saved["api_key"] == "***" and saved["config_sections"]["judge"] == {"openai_token": "***", "model": "m"}
-    assert [name for name in os.listdir(tmp_path)] == ["config.json"]  # no temporary file left
+    assert [name for name in os.listdir(tmp_path)] == ["run_config.json"]  # no temporary file left

@@ -62,6 +62,9 @@ class EnvironmentSpec:
     build: Callable[[Any], "Environment"]
     """``build(options) -> Environment``."""
     description: str
+    agent_counts: Tuple[int, ...] = (2,)
+    """The team sizes the task offers (1: the task repositories' single-agent baseline, chosen with
+    the ``num_agents`` option)."""
 
 
 class Environment:
@@ -181,12 +184,17 @@ def get_environment(name: str, **options: Any) -> Environment:
 # ----------------------------------------------------------------------------- helpers for families
 
 
-def check_options(options: Any, *, modes: Sequence[str] = (), aliases: Optional[Mapping[str, str]] = None, flags: Sequence[str] = ()) -> None:
-    """The checks every options dataclass shares: ``num_turns`` an integer >= 1, ``external_mode``
-    (normalized through ``aliases``) one of ``modes`` when given, each of ``flags`` a bool."""
+def check_options(options: Any, *, modes: Sequence[str] = (), aliases: Optional[Mapping[str, str]] = None, flags: Sequence[str] = (),
+                  agent_counts: Sequence[int] = (2,)) -> None:
+    """The checks every options dataclass shares: ``num_turns`` an integer >= 1, ``num_agents`` (when
+    the options have it) one of ``agent_counts``, ``external_mode`` (normalized through ``aliases``)
+    one of ``modes`` when given, each of ``flags`` a bool."""
     turns = options.num_turns
     if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
         raise ValueError(f"num_turns must be an integer >= 1, got {turns!r}.")
+    agents = getattr(options, "num_agents", 2)
+    if isinstance(agents, bool) or not isinstance(agents, int) or agents not in agent_counts:
+        raise ValueError(f"num_agents must be {' or '.join(map(str, agent_counts))} for this environment, got {agents!r}.")
     if modes:
         mode = str(options.external_mode or "").strip().lower()
         options.external_mode = (aliases or {}).get(mode, mode)

@@ -179,7 +179,7 @@ class CommonTrainingFields(ConfigBase):
     minibatch in one forward. Lower it to bound activation memory."""
     output_dir: Optional[str] = None
     """Where the run writes its metrics log (``metrics.jsonl``), its resolved config
-    (``config.json``) and a summary (``run_summary.json``); None keeps logs in memory only. A
+    (``run_config.json``) and a summary (``run_summary.json``); None keeps logs in memory only. A
     ``metrics.jsonl`` of another run there is refused (see ``overwrite_output_dir``); a run resumed
     from a checkpoint continues its own, without the rows written after the checkpoint."""
     overwrite_output_dir: bool = False

@@ -1,6 +1,6 @@
 """What a run writes beside its ``metrics.jsonl``: its resolved config and a short summary.
 
-- ``config.json`` at ``train()`` start: the trainer and config class, every config field (after
+- ``run_config.json`` at ``train()`` start: the trainer and config class, every config field (after
   validation, so defaults and derived values are explicit) and the W&B settings, with the value of
   every key that names a credential replaced by ``"***"``.
 - ``run_summary.json`` when ``train()`` returns or fails: status, library versions, each model and
@@ -23,7 +23,7 @@ from comlrl.models.sources import describe_source
 from comlrl.training.checkpoint_state import jsonable
 from comlrl.training.wandb_sink import scrub_secrets
 
-CONFIG_FILE = "config.json"
+CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "run_summary.json"
 MASK = "***"
 
@@ -93,7 +93,7 @@ def latest_metrics(rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
 
 
 class RunRecord:
-    """Writes ``config.json`` and ``run_summary.json`` into ``output_dir`` (see module docstring)."""
+    """Writes ``run_config.json`` and ``run_summary.json`` into ``output_dir`` (see module docstring)."""
 
     def __init__(self, output_dir: str):
         self.output_dir = output_dir

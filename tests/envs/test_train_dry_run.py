@@ -113,7 +113,7 @@ def test_magrpo_che(capsys):
                 "discount": 0.9, "early_termination_threshold": -0.2, "temperature": 0.6, "top_p": 0.6, "top_k": None,
                 "eval_interval": 4, "eval_num_samples": 4, "external_prompt_passthrough": True}
     assert {k: c[k] for k in expected} == expected
-    assert d["environment_options"] == {"external_mode": "level_feedback", "sandbox_slice": 1, "num_turns": 2}
+    assert d["environment_options"] == {"external_mode": "level_feedback", "sandbox_slice": 1, "num_turns": 2, "num_agents": 2}
     assert d["reward_processor"] == {"scale_factor": 1.0, "shift": -4.0}
     assert d["dataset"]["train_split"] == "train[16:]" and d["seed"] == 42
     assert d["model_config"] == {"torch_dtype": "bfloat16"}
@@ -178,7 +178,7 @@ REFUSALS = [
     (["agents=Qwen/A"], r"agents must be a list"),
     (["agent_model.name=None"], r"agent_model\.name .*agents"),
     (['agents=["A","B"]'], r"agent_model\.name and agents conflict"),
-    (['agents=["A","B","C"]', "agent_model.name=None", "magrpo.num_agents=3"], r"2 agents but agents gives 3"),
+    (['agents=["A","B","C"]', "agent_model.name=None", "magrpo.num_agents=3"], r"tldr environment takes 1 or 2 agents but agents gives 3"),
     (['agents=["A","B"]', "agent_model.name=None", "magrpo.num_agents=3"], r"magrpo\.num_agents is 3 but agents lists 2"),
     (["critic_model.name=Qwen/C"], r"magrpo trains no critic, but critic_model\.name is set"),
     (["tokenizer.padding_side=right"], r"tokenizer\.padding_side"),
@@ -210,6 +210,13 @@ AC_REFUSALS = [
     ("house_build_magrpo_config.yaml", ["task.spiders=3"], r"task\.spiders"),
     ("str_build_magrpo_config.yaml", ["magrpo.num_turns=0"], r"num_turns must be an integer >= 1"),
     ("maac_he_config.yaml", ["maac.num_generations=0"], r"num_generations must be an integer >= 1"),
+    # the single-agent baselines
+    ("grpo_tldr_config.yaml", ["grpo.num_agents=2"], r"grpo\.num_agents is 2 but grpo trains 1 agent"),
+    ("grpo_tldr_config.yaml", ['agents=["A","B"]', "agent_model.name=None"], r"grpo trains 1 agent .* but agents lists 2 models"),
+    ("ac_he_config.yaml", ["critic_model.name=None"], r"ac needs a critic"),
+    ("ac_he_config.yaml", ['critics=["A","B"]', "critic_model.name=None"], r"critics lists 2 models but ac needs 1"),
+    ("grpo_tldr_config.yaml", ["critic_model.name=Qwen/C"], r"grpo trains no critic"),
+    ("str_build_magrpo_config.yaml", ["magrpo.num_agents=1"], r"strbuild environment takes 2 agents but magrpo\.num_agents gives 1"),
 ]
 
 

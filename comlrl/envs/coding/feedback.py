@@ -10,8 +10,11 @@ Modes (``external.mode``), as in OpenMLRL/LLM_Collab_Code_Generation:
   (implementation found, syntax correct, tests passed, aux usage).
 - ``passed``: the previous implementation and one signal: all levels passed or not.
 - ``plain``: the history and an instruction to revise.
-- ``expert_edits``: edit suggestions from an external LLM, through the HTTP client of the
-  preference trainers' API comparator; not in this build (``expert_edits_client``).
+- ``expert_edits``: each agent's history, then edit suggestions for its part from an external LLM
+  (``expert.py``, through ``comlrl.adapters.CompletionClient``).
+
+With one agent (the single-agent baseline, ``num_agents=1``) every mode speaks only of the entry
+point: no aux definition, no aux usage.
 
 Feedback tests are the first ``sandbox_slice`` asserts (1 by default; 0 or "all": every assert;
 negative: the last ones), run in the sandbox with ``math`` in the globals, as the original.
@@ -26,20 +29,12 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from comlrl.envs.base import RowIndex
 from comlrl.envs.coding import analysis
+from comlrl.envs.coding.expert import ExpertEditor, expert_prompts, request_text
 from comlrl.envs.coding.rewards import row_fields
 from comlrl.envs.sandbox import Sandbox, TestJob
 
 MODES = ("level_feedback", "level_passed", "passed", "plain", "expert_edits")
 MODE_ALIASES = {"feedback": "level_feedback", "signals": "level_passed", "expert": "expert_edits", "edits": "expert_edits"}
-
-
-def expert_edits_client(expert_model: str) -> Callable[..., Tuple[str, str]]:
-    """The external-LLM editor of ``expert_edits`` mode (to be wired to the comparator HTTP client)."""
-    raise ValueError(
-        f"external.mode=expert_edits (expert_model={expert_model!r}) is not available in this build: it needs the "
-        f"comparator HTTP client of the preference trainers, which is not installed here. Use external.mode="
-        f"level_feedback, level_passed, passed or plain."
-    )
 
 
 @dataclass
@@ -59,10 +54,18 @@ class CodeDiagnostics:
     tests_passed: int = 0
     tests_total: int = 0
     failures: List[Tuple[str, str, str]] = field(default_factory=list)  # (assert, error type, message)
+    cases: List[str] = field(default_factory=list)  # the feedback asserts (run only when the code parses)
 
     @property
     def syntax_ok(self) -> bool:
         return self.syntax_error is None
+
+    def outcomes(self) -> List[Tuple[str, str]]:
+        """(assert, "passed" / "failed: <error>" / "not run: ...") of every feedback assert."""
+        if not self.syntax_ok:
+            return [(case, "not run: the code does not parse") for case in self.cases]
+        failed = {case: f"failed: {kind}" + (f": {message}" if message else "") for case, kind, message in self.failures}
+        return [(case, failed.get(case, "passed")) for case in self.cases]
 
 
 def diagnose(row: Mapping[str, Any], aux_text: str, main_text: str, *, sandbox: Sandbox, test_slice: Optional[int],
@@ -79,6 +82,7 @@ def diagnose(row: Mapping[str, Any], aux_text: str, main_text: str, *, sandbox: 
         analysis.is_thin_wrapper(main_function),
     )
     asserts = analysis.extract_asserts(analysis.sliced_test_code(test, test_slice), entry_point)
+    report.cases = list(asserts)
     if report.syntax_ok and asserts:
         result = sandbox.run(TestJob(code=code, tests=asserts, seed_math=True, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts))
         report.tests_total, report.tests_passed = len(asserts), result.passed
@@ -138,19 +142,26 @@ def _aux_use(d: CodeDiagnostics) -> str:
     return "main calls aux and uses its result"
 
 
-def level_feedback_prompts(d: CodeDiagnostics, entry_point: str, prompt_history, response_history) -> List[str]:
-    aux = _history(prompt_history[0], response_history[0], "aux(...)")
-    aux += ["Diagnostics of the last attempt:", _definition(d.aux_defined, "Aux", d.aux_message),
-            _definition(d.main_defined, "Main", d.main_message), *_syntax_lines(d), *_test_lines(d)]
-    aux.append("\nRevise your aux(...) accordingly. Output only the function code, nothing else.")
-    main = _history(prompt_history[1], response_history[1], "main")
-    main += ["Diagnostics of the last attempt:", _definition(d.main_defined, "Main", d.main_message),
-             _definition(d.aux_defined, "Aux", d.aux_message), *_syntax_lines(d), *_test_lines(d)]
-    if d.main_defined:
+def _diagnostic_lines(d: CodeDiagnostics, agents: int, own: str) -> List[str]:
+    """Definitions (the reader's own first), syntax and tests; one agent hears nothing of aux."""
+    main = _definition(d.main_defined, "Main", d.main_message)
+    aux = _definition(d.aux_defined, "Aux", d.aux_message)
+    definitions = [main] if agents == 1 else ([aux, main] if own == "aux" else [main, aux])
+    return ["Diagnostics of the last attempt:", *definitions, *_syntax_lines(d), *_test_lines(d)]
+
+
+def level_feedback_prompts(d: CodeDiagnostics, entry_point: str, prompt_history, response_history, agents: int = 2) -> List[str]:
+    main = _history(prompt_history[-1], response_history[-1], "main" if agents == 2 else entry_point + "(...)")
+    main += _diagnostic_lines(d, agents, "main")
+    if agents == 2 and d.main_defined:
         main.append(f"- Aux usage: {_aux_use(d)}")
         if d.is_wrapper:
             main.append("- Warning: main looks like a thin wrapper around aux")
     main.append(f"\nRevise your {entry_point}(...) accordingly. Output only the function code, nothing else.")
+    if agents == 1:
+        return ["\n".join(main)]
+    aux = _history(prompt_history[0], response_history[0], "aux(...)") + _diagnostic_lines(d, agents, "aux")
+    aux.append("\nRevise your aux(...) accordingly. Output only the function code, nothing else.")
     return ["\n".join(aux), "\n".join(main)]
 
 
@@ -164,25 +175,32 @@ def _test_signal(d: CodeDiagnostics) -> str:
     return f"{d.tests_passed}/{d.tests_total} tests passed"
 
 
-def level_passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence[str]) -> List[str]:
-    def implementation(found: bool) -> str:
-        return "found" if found else "not found in the required form"
+def _roles(d: CodeDiagnostics, entry_point: str, agents: int) -> List[Tuple[str, str, bool]]:
+    """(function name, previous implementation, found) of each agent's part."""
+    main = (entry_point, d.main_function, d.main_defined)
+    return [main] if agents == 1 else [("aux", d.aux_function, d.aux_defined), main]
 
+
+def level_passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence[str], agents: int = 2) -> List[str]:
     syntax = "correct" if d.syntax_ok else "not correct"
-    aux = [first_prompts[0], "", "Your previous aux(...):", d.aux_function or "<no implementation found>", "",
-           "Signals:", f"- Implementation: {implementation(d.aux_defined)}", f"- Syntax: {syntax}", f"- Tests: {_test_signal(d)}",
-           "", "Revise your aux(...) accordingly. Output only the function code."]
-    main = [first_prompts[1], "", f"Your previous {entry_point}(...):", d.main_function or "<no implementation found>", "",
-            "Signals:", f"- Implementation: {implementation(d.main_defined)}", f"- Syntax: {syntax}", f"- Tests: {_test_signal(d)}",
-            f"- Aux usage: {_aux_use(d)}", "", f"Revise your {entry_point}(...) accordingly. Output only the function code."]
-    return ["\n".join(aux), "\n".join(main)]
+    out = []
+    for index, (name, function, found) in enumerate(_roles(d, entry_point, agents)):
+        lines = [first_prompts[index], "", f"Your previous {name}(...):", function or "<no implementation found>", "",
+                 "Signals:", f"- Implementation: {'found' if found else 'not found in the required form'}",
+                 f"- Syntax: {syntax}", f"- Tests: {_test_signal(d)}"]
+        if agents == 2 and name == entry_point:
+            lines.append(f"- Aux usage: {_aux_use(d)}")
+        lines += ["", f"Revise your {name}(...) accordingly. Output only the function code."]
+        out.append("\n".join(lines))
+    return out
 
 
-def passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence[str], *, original_prompt: bool, previous_response: bool) -> List[str]:
+def passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence[str], *, original_prompt: bool, previous_response: bool,
+                   agents: int = 2) -> List[str]:
     passed = d.syntax_ok and d.main_defined and d.tests_total > 0 and d.tests_passed == d.tests_total
     signal = "every level passed" if passed else "not every level passed"
     out = []
-    for index, (name, function) in enumerate((("aux", d.aux_function), (entry_point, d.main_function))):
+    for index, (name, function, _) in enumerate(_roles(d, entry_point, agents)):
         lines = [first_prompts[index], ""] if original_prompt else []
         if previous_response:
             lines += [f"Your previous {name}(...):", function or "<no implementation found>", ""]
@@ -191,15 +209,19 @@ def passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence
     return out
 
 
-def plain_prompts(entry_point: str, prompt_history, response_history) -> List[str]:
+def plain_prompts(entry_point: str, prompt_history, response_history, agents: int = 2) -> List[str]:
+    main = _history(prompt_history[-1], response_history[-1], "main" if agents == 2 else entry_point + "(...)")
+    main.append(f"Revise your {entry_point}(...). Output only the function code.")
+    if agents == 1:
+        return ["\n".join(main)]
     aux = _history(prompt_history[0], response_history[0], "aux(...)") + ["Revise your aux(...). Output only the function code."]
-    main = _history(prompt_history[1], response_history[1], "main") + [f"Revise your {entry_point}(...). Output only the function code."]
     return ["\n".join(aux), "\n".join(main)]
 
 
 @dataclass
 class CodeTransition:
-    """The ``external_transition`` of a code environment (CoMLRL's interface)."""
+    """The ``external_transition`` of a code environment (CoMLRL's interface), for ``agents`` 2 (aux,
+    main) or 1 (main only); ``expert`` asks the external LLM in ``expert_edits`` mode."""
 
     mode: str
     rows: RowIndex
@@ -210,23 +232,40 @@ class CodeTransition:
     previous_response: bool = True
     test_timeout_s: float = 10.0
     max_timeouts: int = 3
+    agents: int = 2
+    expert: Optional[ExpertEditor] = None
 
-    def __call__(self, prompt: str, agent_completions: Sequence[str], num_agents: int = 2,
+    def __call__(self, prompt: str, agent_completions: Sequence[str], num_agents: Optional[int] = None,
                  prompt_history_per_agent: Optional[List[List[str]]] = None,
                  response_history_per_agent: Optional[List[List[str]]] = None, **_: Any) -> List[str]:
-        if num_agents != 2 or len(agent_completions) != 2:
-            raise ValueError(f"The code transition takes the completions of 2 agents, got {len(agent_completions)}.")
+        n = self.agents
+        if num_agents not in (None, n) or len(agent_completions) != n:
+            raise ValueError(f"This code transition takes the completions of {n} agent(s), got {len(agent_completions)}.")
         row = self.rows.get(prompt)
         entry_point = row_fields(row)[2]
-        prompts = prompt_history_per_agent or [[], []]
-        responses = response_history_per_agent or [[], []]
+        prompts = prompt_history_per_agent or [[] for _ in range(n)]
+        responses = response_history_per_agent or [[] for _ in range(n)]
         if self.mode == "plain":
-            return plain_prompts(entry_point, prompts, responses)
-        d = diagnose(row, agent_completions[0], agent_completions[1], sandbox=self.sandbox, test_slice=self.test_slice,
-                     test_timeout_s=self.test_timeout_s, max_timeouts=self.max_timeouts)
+            return plain_prompts(entry_point, prompts, responses, n)
+        aux_text, main_text = ("", agent_completions[0]) if n == 1 else tuple(agent_completions)
+        if self.mode == "expert_edits":
+            return self._expert(row, aux_text, main_text, entry_point, prompts, responses)
+        d = self._diagnose(row, aux_text, main_text)
         if self.mode == "level_feedback":
-            return level_feedback_prompts(d, entry_point, prompts, responses)
+            return level_feedback_prompts(d, entry_point, prompts, responses, n)
         first = [formatter(row) for formatter in self.formatters]
         if self.mode == "level_passed":
-            return level_passed_prompts(d, entry_point, first)
-        return passed_prompts(d, entry_point, first, original_prompt=self.original_prompt, previous_response=self.previous_response)
+            return level_passed_prompts(d, entry_point, first, n)
+        return passed_prompts(d, entry_point, first, original_prompt=self.original_prompt, previous_response=self.previous_response,
+                              agents=n)
+
+    def _diagnose(self, row: Mapping[str, Any], aux_text: str, main_text: str) -> CodeDiagnostics:
+        return diagnose(row, aux_text, main_text, sandbox=self.sandbox, test_slice=self.test_slice,
+                        test_timeout_s=self.test_timeout_s, max_timeouts=self.max_timeouts)
+
+    def _expert(self, row: Mapping[str, Any], aux_text: str, main_text: str, entry_point: str, prompts, responses) -> List[str]:
+        if self.expert is None:
+            raise ValueError("external.mode=expert_edits needs an expert endpoint (build the environment with get_environment).")
+        tests = self._diagnose(row, aux_text, main_text).outcomes() if self.expert.settings.include_tests else None
+        text = request_text(row_fields(row)[0], aux_text, main_text, agents=self.agents, entry_point=entry_point, tests=tests)
+        return expert_prompts(self.expert.edits(text), entry_point, prompts, responses, _history, self.agents)

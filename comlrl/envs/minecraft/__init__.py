@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional
 from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, check_options, option, reward_from_details
 from comlrl.envs.minecraft import commands, housebuild, strbuild
 from comlrl.envs.minecraft.feedback import (
-    HOUSEBUILD_MODES, MODE_ALIASES, STRBUILD_MODES, MinecraftTransition, housebuild_feedback, strbuild_feedback,
+    HOUSEBUILD_MODES, INSTRUCTIONS_FIRST, MODE_ALIASES, STRBUILD_MODES, HouseBuildSim, MinecraftTransition, housebuild_feedback,
+    strbuild_feedback,
 )
 from comlrl.envs.minecraft.prompts import housebuild_user, limits_text, per_agent, render, strbuild_user
 from comlrl.envs.sources import slice_rows
@@ -74,10 +75,15 @@ class HouseBuildOptions:
     original config's."""
 
     num_turns: int = option(4, None, "Turns per episode (the run config's trainer section).")
-    external_mode: str = option("score_feedback", "external.mode", "score_feedback, position_feedback, perfect_feedback or position_modification.")
+    external_mode: str = option("score_feedback", "external.mode", "score_feedback, position_feedback, perfect_feedback, position_modification, rect_modification or resource_schedule.")
     original_prompt: bool = option(True, "external.original_prompt", "Repeat the first-turn instructions in later turns.")
     previous_response: bool = option(False, "external.previous_response", "Show each agent its previous commands.")
-    lim: Optional[int] = option(20, "external.lim", "position_modification: at most this many suggestions (None/0: all).")
+    lim: Optional[int] = option(20, "external.lim", "position_modification / rect_modification: at most this many suggestions per agent (None/0: all).")
+    schedule_full_budget: bool = option(
+        False, "external.schedule_full_budget",
+        "resource_schedule: plan with each agent's whole budget (original: the budget minus the previous turn's fills, "
+        "although every turn starts from an empty world).",
+    )
     block_agent1: List[str] = option(HOUSE_BLOCKS, "task.block_agent1", "Agent 1's blocks (empty: the task's inventory).")
     block_agent2: List[str] = option(HOUSE_BLOCKS, "task.block_agent2", "Agent 2's blocks (empty: the task's inventory).")
     max_commands: int = option(600, "task.max_commands", "Commands of both agents together (split evenly).")
@@ -95,6 +101,12 @@ class HouseBuildOptions:
 
     def __post_init__(self) -> None:
         _check_common(self, HOUSEBUILD_MODES)
+        for name in ("limited_resource", "schedule_full_budget"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}.")
+        if self.external_mode == "resource_schedule" and not self.limited_resource:
+            raise ValueError("external.mode=resource_schedule plans with the per-agent block budgets: set task.limited_resource=true, "
+                             "or choose another external.mode.")
         for name in ("player_hp", "spider_num", "spider_atk_low", "spider_atk_high"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -239,22 +251,25 @@ def build_housebuild(options: HouseBuildOptions) -> Environment:
         world = commands.simulate([c for cs in accepted for c in cs], task.box)
         return housebuild.score(task, world, threat, killed=any(commands.has_kill(cs) for cs in accepted))
 
+    def budgets_of(row: Dict[str, Any]) -> Dict[str, int]:
+        return housebuild.resource_limits(housebuild.task_of(row), 2) if options.limited_resource else {}
+
     def limits_of(row: Dict[str, Any]) -> str:
         if not options.limited_resource:
             return ""
-        task = housebuild.task_of(row)
-        return limits_text(housebuild.resource_limits(task, 2), [commands.block_id(b) for _, b in task.inventory])
+        return limits_text(budgets_of(row), [commands.block_id(b) for _, b in housebuild.task_of(row).inventory])
 
     def user(row: Dict[str, Any], agent: int) -> str:
         task = housebuild.task_of(row)
         return housebuild_user(agent, layers=housebuild.layers_text(task, options.include_air_rects), box_from=task.box_from,
                                box_to=task.box_to, blocks=blocks_of(row, agent), threat=threat, limits_text=limits_of(row))
 
-    feedback = housebuild_feedback(options.external_mode, blocks_of=blocks_of, limits=budget, world_of=world_of,
-                                   reward_of=lambda row, c: score_one(row, c)["reward"], lim=options.lim, limits_text=limits_of,
-                                   original_prompt=options.original_prompt)
+    sim = HouseBuildSim(blocks_of=blocks_of, accepted_of=accepted_by_agent, world_of=world_of,
+                        reward_of=lambda row, c: score_one(row, c)["reward"], limits_text=limits_of, resource_limits=budgets_of)
+    feedback = housebuild_feedback(options.external_mode, sim=sim, limits=budget, lim=options.lim, original_prompt=options.original_prompt,
+                                   full_budget=options.schedule_full_budget)
     transition = MinecraftTransition(rows, feedback, user, options.original_prompt, options.previous_response,
-                                     instructions_first=options.external_mode == "position_modification")
+                                     instructions_first=options.external_mode in INSTRUCTIONS_FIRST)
     env = _environment("housebuild", options, rows, _loader("housebuild", lambda: housebuild_rows(options), rows),
                        _formatters(user, options), score_one, transition)
     env.seed = options.seed

@@ -11,8 +11,10 @@ agent got wrong under the target plan; stray blocks go to the last agent).
 HouseBuild modes: ``score_feedback``, ``position_feedback`` (every non-air target cell and its
 block), ``perfect_feedback`` (the wrong cells with their blocks, to the agent whose palette alone
 has the block, else alternately), ``position_modification`` (the first ``lim`` wrong cells, by
-ascending y, as suggestions to both). The original's ``rect_modification`` and
-``resource_schedule`` modes are not offered.
+ascending y, as suggestions to both), ``rect_modification`` (each agent's accepted commands and
+the target rectangles covering its layers' wrong cells) and ``resource_schedule`` (each agent's
+accepted commands, its block budgets and a greedy plan of target rectangles that fit them); the
+last two are computed in ``repair.py``.
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from comlrl.envs.base import RowIndex
-from comlrl.envs.minecraft import housebuild, strbuild
-from comlrl.envs.minecraft.commands import is_air
+from comlrl.envs.minecraft import housebuild, repair, strbuild
+from comlrl.envs.minecraft.commands import block_id, is_air
 from comlrl.envs.minecraft.prompts import SYSTEM, block_lines
 
 STRBUILD_MODES = ("position_feedback", "score_feedback", "perfect_feedback")
-HOUSEBUILD_MODES = ("score_feedback", "position_feedback", "perfect_feedback", "position_modification")
+HOUSEBUILD_MODES = ("score_feedback", "position_feedback", "perfect_feedback", "position_modification", "rect_modification",
+                    "resource_schedule")
+INSTRUCTIONS_FIRST = ("position_modification", "rect_modification", "resource_schedule")
+"""HouseBuild modes whose next prompt puts the first-turn instructions before the feedback."""
 MODE_ALIASES = {
     "position-feedback": "position_feedback", "score-feedback": "score_feedback", "score": "score_feedback",
     "perfect-feedback": "perfect_feedback", "feedback": "perfect_feedback", "position-modification": "position_modification",
+    "rect-modification": "rect_modification", "resource-schedule": "resource_schedule",
 }
 
 
@@ -138,11 +144,34 @@ def strbuild_feedback(mode: str, *, palettes: Sequence[Sequence[str]], blocks: S
 # ----------------------------------------------------------------------------- HouseBuild
 
 
-def housebuild_feedback(mode: str, *, blocks_of: Callable[[Dict[str, Any], int], List[str]], limits: Sequence[int],
-                        world_of: Callable[[Dict[str, Any], List[str]], Any], reward_of: Callable[[Dict[str, Any], List[str]], float],
-                        lim: Optional[int], limits_text: Callable[[Dict[str, Any]], str], original_prompt: bool):
+@dataclass
+class HouseBuildSim:
+    """What the HouseBuild feedback needs of the environment (functions of a row and a joint response)."""
+
+    blocks_of: Callable[[Dict[str, Any], int], List[str]]
+    """An agent's allowed blocks."""
+    accepted_of: Callable[[Dict[str, Any], List[str]], List[List[str]]]
+    """Each agent's accepted commands."""
+    world_of: Callable[[Dict[str, Any], List[str]], Any]
+    reward_of: Callable[[Dict[str, Any], List[str]], float]
+    limits_text: Callable[[Dict[str, Any]], str]
+    """The per-agent resource limits text ("" without limits)."""
+    resource_limits: Callable[[Dict[str, Any]], Dict[str, int]]
+
+
+def _commands(lines: Sequence[str]) -> str:
+    return "\n".join(f"- {line}" for line in lines) if lines else "- (none)"
+
+
+def housebuild_feedback(mode: str, *, sim: HouseBuildSim, limits: Sequence[int], lim: Optional[int], original_prompt: bool,
+                        full_budget: bool = False):
     """``feedback(joint)`` of a HouseBuild mode (see the module docstring)."""
+    blocks_of, world_of, reward_of, limits_text = sim.blocks_of, sim.world_of, sim.reward_of, sim.limits_text
     quiet = "- Do not output any text other than commands."
+
+    def head(row: Dict[str, Any]) -> List[str]:
+        """The limits text, when the first-turn instructions (which carry it) are not repeated."""
+        return [limits_text(row), ""] if limits_text(row) and not original_prompt else []
 
     def wrong_cells(joint: Joint):
         expected = housebuild.expected_blocks(housebuild.task_of(joint.row))
@@ -174,8 +203,7 @@ def housebuild_feedback(mode: str, *, blocks_of: Callable[[Dict[str, Any], int],
             mine[only[0] if only else index % 2].append((position, block))
         out = []
         for agent in range(2):
-            lines = [limits_text(joint.row), ""] if limits_text(joint.row) and not original_prompt else []
-            lines += ["Feedback (coordinate edits):", f"- Turn: {joint.turn}", "- Coordinates are absolute (x, y, z).",
+            lines = head(joint.row) + ["Feedback (coordinate edits):", f"- Turn: {joint.turn}", "- Coordinates are absolute (x, y, z).",
                       "- Output /fill commands only (no markdown).", quiet, "- Fix only the listed positions.",
                       "- Use: /fill x y z x y z block", "", "Set these blocks:", _cells_with_blocks(mine[agent])]
             if agent == 1:
@@ -188,7 +216,36 @@ def housebuild_feedback(mode: str, *, blocks_of: Callable[[Dict[str, Any], int],
         if lim is not None and lim > 0:
             wrong = wrong[: int(lim)]
         text = "\n".join(f"({x} {y} {z} {block})" for (x, y, z), block in wrong) if wrong else "(none)"
-        lines = ["Do not output any text other than commands.", "", "Suggested fixes (use them to correct errors):", text]
+        lines = head(joint.row) + ["Do not output any text other than commands.", "", "Suggested fixes (use them to correct errors):", text]
         return [list(lines) for _ in range(2)]
 
-    return {"score_feedback": score, "position_feedback": position, "perfect_feedback": perfect, "position_modification": modification}[mode]
+    def rects(joint: Joint) -> List[List[str]]:
+        accepted = sim.accepted_of(joint.row, joint.completions)
+        wrong = repair.mismatch_rects(housebuild.task_of(joint.row), world_of(joint.row, joint.completions))
+        return [head(joint.row) + [
+            "Do not output any text other than commands.", "", "Each turn starts again from an empty world (all air).",
+            "Your accepted commands of the previous turn:", _commands(accepted[agent]), "",
+            "Target rectangles to rebuild where the house was wrong (y: x1, z1, x2, z2 block):",
+            repair.rect_lines(repair.rects_for_agent(wrong, agent, lim)),
+        ] for agent in range(2)]
+
+    def schedule(joint: Joint) -> List[List[str]]:
+        task = housebuild.task_of(joint.row)
+        accepted = sim.accepted_of(joint.row, joint.completions)
+        budgets = sim.resource_limits(joint.row)
+        out = []
+        for agent in range(2):
+            plan = repair.schedule(task, accepted[agent], blocks_of(joint.row, agent), budgets, full_budget)
+            left = [f"- {block}: {max(0, plan.remaining.get(block, 0))}" for block in (block_id(b) for _, b in task.inventory)
+                    if not is_air(block) and block in budgets]
+            out.append(head(joint.row) + [
+                "Do not output any text other than commands.", "", "Your accepted commands of the previous turn:",
+                _commands(accepted[agent]), "",
+                "Blocks left after " + ("" if full_budget else "the previous turn's commands and ")
+                + "the full rectangles below (air unlimited):", "\n".join(left) or "(none)", "",
+                "Target rectangles to build next, largest first (y: x1, z1, x2, z2 block):", repair.rect_lines(plan.rects),
+            ])
+        return out
+
+    return {"score_feedback": score, "position_feedback": position, "perfect_feedback": perfect, "position_modification": modification,
+            "rect_modification": rects, "resource_schedule": schedule}[mode]

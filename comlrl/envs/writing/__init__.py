@@ -5,6 +5,8 @@ one with a richer vocabulary and transition words (rows: ``prompt``, from ``trl-
 from an abstract, agent 1 writes the background and motivation of an introduction, agent 2 the
 methodology and implications (rows: ``abstract_text``, from ``OpenMLRL/arXiv_abstract``). Neither
 agent sees the other's text; the shared reward (``rewards.py``) scores how the two fit together.
+``num_agents=1`` is the repository's single-agent baseline: one agent writes both parts in one
+completion, split at a marker and scored with the same reward (``single.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from comlrl.envs.base import DetailCache, Environment, EnvironmentSpec, batch_scorer, check_options, option, reward_from_details
 from comlrl.envs.sources import DatasetSource, load_rows
 from comlrl.envs.writing.rewards import ARXIV_REWARD, TLDR_REWARD, WritingQuirkFixes, WritingReward, writing_details
+from comlrl.envs.writing.single import SINGLE_PROMPTS, split_paragraphs
 
 __all__ = ["TLDR", "ARXIV", "WritingOptions"]
 
@@ -24,6 +27,11 @@ class WritingOptions:
     """Options of the writing environments (``get_environment("tldr", **options)``)."""
 
     num_turns: int = option(1, None, "Turns per episode (the run config's trainer section); the writing tasks are single-turn.")
+    num_agents: int = option(
+        2, None,
+        "2: the two writers; 1: the single-agent baseline (both parts in one completion, split at [PARAGRAPH_SPLIT]). "
+        "Set by the run config's trainer section.",
+    )
     strict_band_edges: bool = option(
         False, "reward.strict_band_edges",
         "A ratio exactly on a band's outer edge stops scoring (original: scores 0 and passes the gate).",
@@ -47,7 +55,8 @@ class WritingOptions:
                 f"num_turns={self.num_turns!r}: the writing tasks are single-turn (as in the original, which refuses "
                 f"other values); set num_turns=1."
             )
-        check_options(self, flags=("strict_band_edges", "full_transition_scale", "transition_word_boundaries", "vocabulary_excludes_stopwords"))
+        check_options(self, flags=("strict_band_edges", "full_transition_scale", "transition_word_boundaries", "vocabulary_excludes_stopwords"),
+                      agent_counts=(1, 2))
 
     def fixes(self) -> WritingQuirkFixes:
         return WritingQuirkFixes(
@@ -93,18 +102,27 @@ ARXIV_PROMPTS = (
 def _build(name: str, field: str, prompts: tuple, reward: WritingReward, data: DatasetSource) -> Callable[[WritingOptions], Environment]:
     def build(options: WritingOptions) -> Environment:
         fixes = options.fixes()
+        single = options.num_agents == 1
 
         def score_many(joints: List[tuple], rows: List[Any]) -> List[Dict[str, float]]:
-            return [writing_details(c1, c2, reward, fixes) for c1, c2 in joints]
+            if not single:
+                return [writing_details(c1, c2, reward, fixes) for c1, c2 in joints]
+            out = []
+            for (text,) in joints:
+                first, second, how = split_paragraphs(text)
+                out.append({**writing_details(first, second, reward, fixes), "split": how})
+            return out
 
-        details = batch_scorer(env=name, num_agents=2, score_many=score_many, row_key=lambda row: None, cache=DetailCache())
+        details = batch_scorer(env=name, num_agents=options.num_agents, score_many=score_many, row_key=lambda row: None,
+                               cache=DetailCache())
 
         def loader(*, split: str, offline: Optional[bool], hf_split: Optional[str], source: Optional[str]):
             return load_rows(data, env=name, split=split, offline=offline, hf_split=hf_split, name=source)
 
+        templates = [SINGLE_PROMPTS[name]] if single else list(prompts)
         return Environment(
-            name=name, num_agents=2, num_turns=1,
-            formatters=[_formatter(name, field, prompts[0]), _formatter(name, field, prompts[1])],
+            name=name, num_agents=options.num_agents, num_turns=1,
+            formatters=[_formatter(name, field, template) for template in templates],
             reward_func=reward_from_details(details), reward_details=details, external_transition=None,
             options=options, loader=loader,
         )
@@ -118,6 +136,7 @@ TLDR = EnvironmentSpec(
     build=_build("tldr", "prompt", TLDR_PROMPTS, TLDR_REWARD,
                  DatasetSource("trl-lib/tldr", "train[:1100]", "test[:1100]", "tldr.json", ("prompt",))),
     description="Reddit post -> a concise and a detailed summary (2 agents, 1 turn, max reward 3).",
+    agent_counts=(1, 2),
 )
 ARXIV = EnvironmentSpec(
     name="arxiv",
@@ -125,4 +144,5 @@ ARXIV = EnvironmentSpec(
     build=_build("arxiv", "abstract_text", ARXIV_PROMPTS, ARXIV_REWARD,
                  DatasetSource("OpenMLRL/arXiv_abstract", "train[:1100]", "val[:1100]", "arxiv.json", ("abstract_text",))),
     description="arXiv abstract -> background/motivation and methodology/implications (2 agents, 1 turn, max 3).",
+    agent_counts=(1, 2),
 )
