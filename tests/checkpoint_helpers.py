@@ -8,6 +8,7 @@ import random
 import numpy as np
 import torch
 from conftest import PROMPTS, length_ratio
+from conftest import seed_all as seed_everything  # noqa: F401  (the name the checkpoint tests use)
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
@@ -23,12 +24,6 @@ MAGRPO_ARGS = dict(
 
 def transition(prompt, agent_completions, **_):
     return [f"{prompt} again: {c[:8]}" for c in agent_completions]
-
-
-def seed_everything(seed: int = 0) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def make_dataset(count: int = 4):
