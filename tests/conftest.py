@@ -101,4 +101,6 @@ def snapshot(model):
 
 
 def changed(model, before) -> bool:
+    """Whether any parameter moved. Evidence of learning only with ``weight_decay=0``: AdamW's
+    decoupled decay moves every weight even under a zero gradient."""
     return any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))

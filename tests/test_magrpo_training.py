@@ -15,7 +15,9 @@ from comlrl.trainers.reinforce import (
     MARLOOTrainer,
 )
 
-BASE = dict(num_turns=1, num_generations=2, max_new_tokens=6, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3)
+# weight_decay=0: a model that changed got a gradient (AdamW's decay moves every weight on its own)
+BASE = dict(num_turns=1, num_generations=2, max_new_tokens=6, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3,
+            weight_decay=0.0)
 
 
 def config(**overrides):
