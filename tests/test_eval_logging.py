@@ -109,9 +109,10 @@ def test_reference_kl_is_zero_before_any_update_and_positive_after(tiny_paths, p
     trainer.train()
     kls = [row["turn_1/reference_kl_mean"] for row in trainer.log_history]
     assert kls[0] == 0.0  # the first rollout comes before any update: policy == reference
-    assert kls[-1] > 0.0
+    assert len(set(kls[1:])) == len(kls) - 1 and min(kls[1:]) > 1e-6  # later rollouts measure a moved policy
+    # (the values themselves are checked against known log-probs in test_mechanisms_kl_critics.py)
     penalties = [row["turn_1/reference_kl_penalty_mean"] for row in trainer.log_history]
-    assert penalties[-1] == pytest.approx(0.5 * kls[-1])
+    assert penalties == pytest.approx([0.5 * kl for kl in kls])
 
 
 def test_homogeneous_agents_share_one_frozen_reference(tiny_paths, prompts_dataset):
