@@ -145,14 +145,3 @@ def test_wandb_offline_run_logs_and_survives_save_model(tiny_paths, prompts_data
         trainer.close()
     assert wandb.run is None
     assert os.path.isdir(run_dir)
-
-
-def test_tensorboard_sink_writes_event_files(tiny_paths, prompts_dataset, tmp_path):
-    pytest.importorskip("tensorboard", reason="tensorboard is an optional dependency")
-    trainer = make(tiny_paths, prompts_dataset, output_dir=str(tmp_path), tensorboard=True, logging_steps=1)
-    trainer.train()
-    trainer.close()
-    events = os.listdir(tmp_path / "tensorboard")
-    assert any(name.startswith("events.out.tfevents") for name in events)
-    with pytest.raises(ValueError, match="tensorboard=True writes under output_dir"):
-        MAGRPOConfig(tensorboard=True)

@@ -9,6 +9,7 @@ import pytest
 from checkpoint_helpers import CrashingReward, make_dataset, make_magrpo, seed_everything
 from wandb_records import history_rows, merged_by_step
 
+from comlrl.trainers.reinforce import MAGRPOConfig
 from comlrl.training.checkpoint_files import CheckpointError
 
 
@@ -40,6 +41,8 @@ def test_tensorboard_scalars_read_back_equal_the_log(tiny_paths, tmp_path):
     trainer.close()
     assert any(key.startswith("eval/") for row in trainer.log_history for key in row)  # eval rows too
     assert tensorboard_scalars(str(tmp_path / "tensorboard")) == expected_scalars(trainer.log_history)
+    with pytest.raises(ValueError, match="tensorboard=True writes under output_dir"):
+        MAGRPOConfig(tensorboard=True)
 
 
 def test_tensorboard_after_a_resume_holds_each_step_once(tiny_paths, tmp_path):
