@@ -84,11 +84,16 @@ def tiny_paths(tmp_path_factory):
     return build_tiny_models(str(tmp_path_factory.mktemp("tiny-models")))
 
 
-@pytest.fixture
-def prompts_dataset():
+def prompt_dataset(count: int = 4):
+    """A ``datasets.Dataset`` of the first ``count`` PROMPTS."""
     from datasets import Dataset
 
-    return Dataset.from_dict({"prompt": PROMPTS[:4]})
+    return Dataset.from_dict({"prompt": PROMPTS[:count]})
+
+
+@pytest.fixture
+def prompts_dataset():
+    return prompt_dataset(4)
 
 
 def length_ratio(c1, c2):

@@ -80,3 +80,17 @@ def adam_steps(optimizer: torch.optim.Optimizer) -> List[int]:
             state = optimizer.state.get(p, {})
             counts.append(int(state["step"]) if "step" in state else 0)
     return counts
+
+
+def record_calls(trainer) -> List[dict]:
+    """Every metrics dict ``trainer`` records, in order: each update's own values, before the
+    logger averages them into a row."""
+    calls: List[dict] = []
+    original = trainer.metrics.record
+
+    def record(metrics):
+        calls.append(dict(metrics))
+        return original(metrics)
+
+    trainer.metrics.record = record
+    return calls

@@ -12,7 +12,7 @@ A Q critic's advantage (that it favours the better action) lands with issue 8; s
 import pytest
 import torch
 from conftest import PROMPTS, snapshot
-from datasets import Dataset
+from conftest import prompt_dataset as dataset
 from direction_helpers import (
     ONE_TOKEN,
     adam_steps,
@@ -30,8 +30,6 @@ BASE = dict(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, wei
 ARRANGEMENTS = ["iac_separate", "iac_heads", "maac"]
 
 
-def dataset(count):
-    return Dataset.from_dict({"prompt": PROMPTS[:count]})
 
 
 def build(arrangement, agent, critic_path, reward, data, tokenizer=None, callback=None, **overrides):

@@ -4,7 +4,7 @@ one completion raises that completion's log-probability and lowers the other's, 
 
 import pytest
 from conftest import PROMPTS, snapshot
-from datasets import Dataset
+from conftest import prompt_dataset as dataset
 from direction_helpers import (
     ONE_TOKEN,
     adam_steps,
@@ -24,8 +24,6 @@ FAMILY = {"mean": MAGRPOTrainer, "raw": MAREINFORCETrainer, "rloo": MARLOOTraine
 CONSTANT_CASES = [("mean", False), ("mean", True), ("rloo", False), ("rloo", True), ("max", False), ("max", True), ("raw", True)]
 
 
-def dataset(count=4):
-    return Dataset.from_dict({"prompt": PROMPTS[:count]})
 
 
 @pytest.mark.parametrize("mode, normalize", CONSTANT_CASES)

@@ -5,9 +5,9 @@ import math
 
 import pytest
 import torch
-from conftest import PROMPTS, length_ratio, snapshot
-from datasets import Dataset
-from direction_helpers import assert_unchanged
+from conftest import length_ratio, snapshot
+from conftest import prompt_dataset as dataset
+from direction_helpers import assert_unchanged, record_calls
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
@@ -18,8 +18,6 @@ AC_BASE = dict(num_turns=1, num_generations=2, max_new_tokens=5, num_train_epoch
                weight_decay=0.0, eval_interval=0, rollout_buffer_size=4)
 
 
-def dataset(count=4):
-    return Dataset.from_dict({"prompt": PROMPTS[:count]})
 
 
 def magrpo(paths, reward=length_ratio, data=None, **overrides):
@@ -44,17 +42,6 @@ def all_optimizers(trainer):
     return {f"optimizers.{i}": opt for i, opt in enumerate(trainer.optimizers)}
 
 
-def record_calls(trainer):
-    """Every metrics dict the trainer records, in order (each update's own values, before averaging)."""
-    calls = []
-    original = trainer.metrics.record
-
-    def record(metrics):
-        calls.append(dict(metrics))
-        return original(metrics)
-
-    trainer.metrics.record = record
-    return calls
 
 
 def series(calls, key):

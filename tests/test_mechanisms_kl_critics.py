@@ -8,8 +8,8 @@ by 1), so the KL of every one-token completion is known from two scoring forward
 import pytest
 import torch
 from conftest import PROMPTS, seed_all
-from datasets import Dataset
-from direction_helpers import ONE_TOKEN, OTHER, PREFERRED, completion_logprobs, two_token_policy
+from conftest import prompt_dataset as dataset
+from direction_helpers import ONE_TOKEN, OTHER, PREFERRED, completion_logprobs, record_calls, two_token_policy
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
@@ -17,8 +17,6 @@ from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 COEF = 0.5
 
 
-def dataset(count):
-    return Dataset.from_dict({"prompt": PROMPTS[:count]})
 
 
 def shift_reference(trainer, token_ids):
@@ -135,11 +133,6 @@ def grad_norm_keys(separate):
     return ["critic_0/grad_norm", "critic_1/grad_norm"] if separate else ["agent_0/grad_norm", "agent_1/grad_norm"]
 
 
-def recorded(trainer):
-    calls = []
-    original = trainer.metrics.record
-    trainer.metrics.record = lambda metrics: calls.append(dict(metrics)) or original(metrics)
-    return calls
 
 
 @pytest.mark.parametrize("separate", [True, False], ids=["separate_critics", "value_heads"])
@@ -163,7 +156,7 @@ def test_value_clip_range_reaches_every_critic(tiny_paths, separate):
     for clip in (1e-4, None):
         seed_all(0)
         trainer = iac(tiny_paths, separate, value_clip_range=clip, update_epochs=2)
-        calls = recorded(trainer)
+        calls = record_calls(trainer)
         trainer.train()
         second_pass[clip] = [series[1::2] for series in ([c[k] for c in calls if k in c] for k in grad_norm_keys(separate))]
     for clipped, free in zip(second_pass[1e-4], second_pass[None]):

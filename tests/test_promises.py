@@ -7,8 +7,7 @@ import os
 
 import pytest
 import torch
-from conftest import PROMPTS
-from datasets import Dataset
+from conftest import PROMPTS, prompt_dataset
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from comlrl.utils import read_checkpoint_metadata
@@ -16,8 +15,6 @@ from comlrl.utils import read_checkpoint_metadata
 BASE = dict(num_turns=1, num_generations=2, max_new_tokens=3, num_train_epochs=1, verbose=False, rollout_buffer_size=1)
 
 
-def dataset(count=2):
-    return Dataset.from_dict({"prompt": PROMPTS[:count]})
 
 
 def capture_generate(model):
@@ -39,7 +36,7 @@ def test_a_pad_token_inside_the_prompt_is_kept_when_pad_is_eos(tiny_paths):
     def formatter(item):
         return f"System says hi<|endoftext|>{item['prompt']}"
 
-    trainer = MAGRPOTrainer(agents=[tiny_paths["gpt2"]], num_agents=1, formatters=formatter, train_dataset=dataset(1),
+    trainer = MAGRPOTrainer(agents=[tiny_paths["gpt2"]], num_agents=1, formatters=formatter, train_dataset=prompt_dataset(1),
                             reward_func=lambda c: [float(len(x)) for x in c], args=MAGRPOConfig(**BASE, num_agents=1))
     tok = trainer.tokenizers[0]
     assert tok.pad_token_id == tok.eos_token_id
@@ -74,7 +71,7 @@ def test_added_special_tokens_get_embedding_rows(tiny_paths):
 ])
 def test_train_refuses_unknown_and_reserved_generation_settings(tiny_paths, kwargs, message):
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [0.0] * len(c),
-                            train_dataset=dataset(1), args=MAGRPOConfig(**BASE, num_agents=1))
+                            train_dataset=prompt_dataset(1), args=MAGRPOConfig(**BASE, num_agents=1))
     calls = capture_generate(trainer.agents[0])
     with pytest.raises(ValueError, match=message):
         trainer.train(**kwargs)
@@ -83,7 +80,7 @@ def test_train_refuses_unknown_and_reserved_generation_settings(tiny_paths, kwar
 
 def test_train_passes_other_generation_settings_to_generate(tiny_paths):
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [0.0] * len(c),
-                            train_dataset=dataset(1), args=MAGRPOConfig(**BASE, num_agents=1, temperature=0.9))
+                            train_dataset=prompt_dataset(1), args=MAGRPOConfig(**BASE, num_agents=1, temperature=0.9))
     calls = capture_generate(trainer.agents[0])
     trainer.train(repetition_penalty=1.3)
     config = calls[0]["generation_config"]
@@ -92,7 +89,7 @@ def test_train_passes_other_generation_settings_to_generate(tiny_paths):
 
 def test_checkpoint_interval_above_one_still_saves_after_the_last_epoch(tiny_paths, tmp_path):
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [float(len(x)) for x in c],
-                            train_dataset=dataset(1), args=MAGRPOConfig(**{**BASE, "num_train_epochs": 3}, num_agents=1))
+                            train_dataset=prompt_dataset(1), args=MAGRPOConfig(**{**BASE, "num_train_epochs": 3}, num_agents=1))
     trainer.train(checkpoint_dir=str(tmp_path), checkpoint_interval=2)
     epochs = sorted(read_checkpoint_metadata(str(tmp_path / name))["progress"]["epoch"] for name in os.listdir(tmp_path))
     assert epochs == [2, 3]  # every 2nd epoch, and the last one although 3 is not a multiple of 2

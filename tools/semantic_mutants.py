@@ -108,7 +108,7 @@ def copy_repository(target: str) -> None:
 
 def run_tests(copy: str, tests: Sequence[str], timeout: int) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=copy, PYTHONDONTWRITEBYTECODE="1")
-    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests]
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", *tests]
     return subprocess.run(command, cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
 
 
@@ -122,8 +122,8 @@ def check_import(copy: str) -> None:
 
 def summary_line(done: subprocess.CompletedProcess) -> str:
     lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
-    failed = next((line for line in lines if line.startswith("FAILED")), "")
-    return (failed or (lines[-1] if lines else "")).strip()[:160]
+    failed = next((line.split(" - ")[0] for line in lines if line.startswith("FAILED")), "")
+    return (failed or (lines[-1] if lines else "")).strip()[:160]  # the killing test, or the summary
 
 
 def apply(copy: str, mutant: Mutant) -> str:
