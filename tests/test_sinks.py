@@ -1,35 +1,15 @@
-"""What the metric sinks hold, read back with the sinks' own readers: TensorBoard scalars (also after
-a resume, which purges the abandoned continuation), W&B offline history, and an external W&B run
-that a trainer adopts but never replaces or finishes."""
+"""What the metric sinks hold, read back with the sinks' own readers: TensorBoard scalars (after a
+resume: test_checkpoint_logs.py), W&B offline history, and an external W&B run that a trainer
+adopts but never replaces or finishes."""
 
 import os
 
-import numpy as np
 import pytest
-from checkpoint_helpers import CrashingReward, make_dataset, make_magrpo, seed_everything
-from wandb_records import history_rows, merged_by_step
+from checkpoint_helpers import make_dataset, make_magrpo, seed_everything
+from sink_readers import expected_scalars, history_rows, merged_by_step, tensorboard_scalars
 
 from comlrl.trainers.reinforce import MAGRPOConfig
 from comlrl.training.checkpoint_files import CheckpointError
-
-
-def tensorboard_scalars(log_dir):
-    """``{tag: [(step, value), ...]}`` as TensorBoard itself loads them (orphaned events purged)."""
-    from tensorboard.backend.event_processing import event_accumulator
-
-    accumulator = event_accumulator.EventAccumulator(log_dir, size_guidance={event_accumulator.SCALARS: 0})
-    accumulator.Reload()
-    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
-
-
-def expected_scalars(log_history):
-    """The log as TensorBoard stores it: one float32 series per key."""
-    out = {}
-    for row in log_history:
-        for key, value in row.items():
-            if key != "env_step":
-                out.setdefault(key, []).append((row["env_step"], float(np.float32(value))))
-    return out
 
 
 def test_tensorboard_scalars_read_back_equal_the_log(tiny_paths, tmp_path):
@@ -43,29 +23,6 @@ def test_tensorboard_scalars_read_back_equal_the_log(tiny_paths, tmp_path):
     assert tensorboard_scalars(str(tmp_path / "tensorboard")) == expected_scalars(trainer.log_history)
     with pytest.raises(ValueError, match="tensorboard=True writes under output_dir"):
         MAGRPOConfig(tensorboard=True)
-
-
-def test_tensorboard_after_a_resume_holds_each_step_once(tiny_paths, tmp_path):
-    pytest.importorskip("tensorboard", reason="tensorboard is an optional dependency")
-    dataset = make_dataset(4)
-    seed_everything(0)
-    straight = make_magrpo(tiny_paths, dataset)
-    straight.train()
-
-    logs, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
-    seed_everything(0)
-    crashing = make_magrpo(tiny_paths, dataset, reward=CrashingReward(23), output_dir=str(logs), tensorboard=True)
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        crashing.train(checkpoint_dir=str(checkpoints), checkpoint_steps=2)
-    crashing.close()
-    # the crashed run's events include rows after its last checkpoint (test_checkpoint_logs.py shows
-    # they exist in this setup); the resumed run logs those steps again
-    assert tensorboard_scalars(str(logs / "tensorboard")) == expected_scalars(crashing.log_history)
-
-    resumed = make_magrpo(tiny_paths, dataset, output_dir=str(logs), tensorboard=True)
-    resumed.train(checkpoint_dir=str(checkpoints), checkpoint_steps=2, resume_from_checkpoint=True)
-    resumed.close()
-    assert tensorboard_scalars(str(logs / "tensorboard")) == expected_scalars(straight.log_history)
 
 
 @pytest.fixture

@@ -1,6 +1,11 @@
-"""Read the history rows an offline W&B run wrote into its ``run-<id>.wandb`` transaction log.
+"""Read back what the metric sinks wrote, with the sinks' own formats and readers.
 
-The file is a LevelDB-style record log: a 7-byte header (":W&B", magic 0xBEE1, version), then
+TensorBoard: ``tensorboard_scalars`` loads an event directory with TensorBoard's
+``EventAccumulator`` (which also applies ``purge_step``), ``expected_scalars`` is a log as
+TensorBoard stores it.
+
+W&B: ``history_rows`` reads the rows an offline run wrote into its ``run-<id>.wandb`` transaction
+log. The file is a LevelDB-style record log: a 7-byte header (":W&B", magic 0xBEE1, version), then
 32 KiB blocks of chunks ``crc32 (4) | length (2) | type (1) | payload``, where type 1 is a whole
 record and 2/3/4 the first/middle/last piece of one split across blocks; each record is a
 ``wandb_internal_pb2.Record`` protobuf.
@@ -86,3 +91,24 @@ def merged_by_step(log_history: List[Dict[str, float]]) -> Dict[int, Dict[str, f
         values = {k: v for k, v in row.items() if k != "env_step"}
         merged.setdefault(row["env_step"], {}).update(values)
     return merged
+
+
+def tensorboard_scalars(log_dir: str) -> Dict[str, List]:
+    """``{tag: [(step, value), ...]}`` as TensorBoard itself loads them (orphaned events purged)."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    accumulator = event_accumulator.EventAccumulator(log_dir, size_guidance={event_accumulator.SCALARS: 0})
+    accumulator.Reload()
+    return {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+
+
+def expected_scalars(log_history: List[Dict[str, float]]) -> Dict[str, List]:
+    """The log as TensorBoard stores it: one float32 series per key."""
+    import numpy as np
+
+    out: Dict[str, List] = {}
+    for row in log_history:
+        for key, value in row.items():
+            if key != "env_step":
+                out.setdefault(key, []).append((row["env_step"], float(np.float32(value))))
+    return out
