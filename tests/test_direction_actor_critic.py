@@ -110,4 +110,7 @@ def test_values_move_toward_their_td_targets(tiny_paths, arrangement, critic_typ
         assert torch.equal(targets, torch.full_like(targets, reward))  # one turn: y = r, no bootstrap
         old = torch.stack([s.old_value.float() for s in mine])
         new = values_of(critic_of(trainer, arrangement, agent), mine)
-        assert torch.all((new - targets).abs() < (old - targets).abs() - 1e-3), (old.tolist(), new.tolist())
+        # one shared function approximator and AdamW's first steps: the squared error falls over the
+        # samples (not necessarily at each one), and the mean value rises toward the target
+        before, after = ((old - targets) ** 2).mean(), ((new - targets) ** 2).mean()
+        assert after < 0.9 * before and (targets - new).mean() < (targets - old).mean(), (old.tolist(), new.tolist())

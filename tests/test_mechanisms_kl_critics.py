@@ -45,7 +45,7 @@ def kl_trainer(paths, reward_func, lr=1e-3):
     model, tokenizer, ids = two_token_policy(paths["llama"])
     trainer = MAGRPOTrainer(
         agents=[model], tokenizer=tokenizer, num_agents=1, reward_func=reward_func, train_dataset=dataset(4),
-        args=MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, logging_steps=1, num_agents=1, num_generations=4,
+        args=MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, logging_steps=1, num_agents=1, num_generations=8,
                           rollout_buffer_size=1, advantage_normalization=False, agent_learning_rate=lr,
                           reference_kl_enabled=True, reference_kl_coef=COEF, **ONE_TOKEN),
     )
@@ -98,14 +98,14 @@ def test_actor_critic_rewards_are_penalised_by_coef_times_kl(tiny_paths):
     trainer = IACTrainer(
         agents=[model], tokenizer=tokenizer, critics=[tiny_paths["llama"]], reward_func=lambda c: [1.0] * len(c),
         train_dataset=dataset(2), metrics_callback=lambda rollouts: batches.append(list(rollouts)) or {},
-        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=4,
-                       rollout_buffer_size=4, reference_kl_enabled=True, reference_kl_coef=COEF, **ONE_TOKEN),
+        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=8,
+                       rollout_buffer_size=8, reference_kl_enabled=True, reference_kl_coef=COEF, **ONE_TOKEN),
     )
     reference = shift_reference(trainer, ids)
     expected = {c: expected_kl(model, reference, tokenizer, PROMPTS[0], c, ids) for c in ids}
     trainer.train()
     first = batches[0]  # sampled and scored before any update
-    assert len(first) == 4 and {s.completion for s in first} == set(ids)
+    assert len(first) == 8 and {s.completion for s in first} == set(ids)
     for sample in first:
         kl = expected[sample.completion]
         assert sample.metadata["reference_kl"] == pytest.approx(kl, rel=1e-5, abs=1e-7)
