@@ -143,9 +143,12 @@ def resume_in_process(tiny_paths, directory):
 
 
 def kill_points(seed):
-    """Three kill points drawn with ``seed``: mid-step (inside a reward call) or mid-save."""
+    """Three kill points drawn with ``seed``: mid-step (inside a reward call) or mid-save. Each lies
+    after the child's first completed checkpoint (a step and an evaluation take at most 5 reward
+    calls; save n >= 2 follows a finished save), so every child makes progress, and before the
+    run could end (it makes 32 reward calls; two children consume at most 18 of them)."""
     rng = random.Random(seed)
-    return [("reward", rng.randint(2, 9)) if rng.random() < 0.5 else ("save", rng.randint(1, 3)) for _ in range(3)]
+    return [("reward", rng.randint(6, 9)) if rng.random() < 0.5 else ("save", rng.randint(2, 3)) for _ in range(3)]
 
 
 @pytest.mark.slow
