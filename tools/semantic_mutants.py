@@ -39,7 +39,7 @@ DEFAULT_TESTS = [
 class Mutant:
     name: str
     path: str  # relative to the repository root
-    old: str  # must occur exactly once
+    old: str  # must occur exactly once (kept short, so that it survives nearby edits)
     new: str
     what: str
 
@@ -58,12 +58,12 @@ MUTANTS = [
            "-torch.tensor(rows.advantages[start:stop], device=agent.device),",
            "the shared policy loss gets negated advantages (every trainer)"),
     Mutant("actor_critic_advantages_zeroed", "comlrl/trainers/actor_critic/ac_base.py",
-           "float(sample.normalized_advantage), 1.0 / len(samples), old)",
-           "0.0 * float(sample.normalized_advantage), 1.0 / len(samples), old)",
+           "float(sample.normalized_advantage), 1.0 / len(samples),",
+           "0.0 * float(sample.normalized_advantage), 1.0 / len(samples),",
            "IAC/MAAC: every actor advantage is 0"),
     Mutant("actor_critic_advantages_negated", "comlrl/trainers/actor_critic/ac_base.py",
-           "float(sample.normalized_advantage), 1.0 / len(samples), old)",
-           "-float(sample.normalized_advantage), 1.0 / len(samples), old)",
+           "float(sample.normalized_advantage), 1.0 / len(samples),",
+           "-float(sample.normalized_advantage), 1.0 / len(samples),",
            "IAC/MAAC: actor advantages negated"),
     Mutant("critic_value_loss_negated", "comlrl/trainers/actor_critic/updates.py",
            "loss = coef * err * share",
@@ -82,20 +82,20 @@ MUTANTS = [
            "penalty = 0.0",
            "IAC/MAAC: rewards are not penalised by the reference KL"),
     Mutant("td_targets_without_discount", "comlrl/trainers/actor_critic/ac_base.py",
-           "assign_td_targets(ep, self.args.discount)",
-           "assign_td_targets(ep, 1.0)",
+           ", self.args.discount",
+           ", 1.0",
            "IAC/MAAC: TD targets ignore the discount"),
     Mutant("gradient_clipping_noop", "comlrl/training/optim.py",
            "limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf",
            "limit = math.inf",
            "max_grad_norm never clips"),
     Mutant("importance_clipping_off_magrpo", "comlrl/trainers/reinforce/magrpo.py",
-           "clip_range=self.args.importance_clip_range if off_policy else None,",
-           "clip_range=None,",
+           "clip_range=self.args.importance_clip_range",
+           "clip_range=None if True else self.args.importance_clip_range",
            "MAGRPO: stale buffers are importance-weighted without the PPO clip"),
     Mutant("importance_clipping_off_actor_critic", "comlrl/trainers/actor_critic/ac_base.py",
-           "clip_range=a.importance_clip_range if off_policy else None,",
-           "clip_range=None,",
+           "clip_range=a.importance_clip_range",
+           "clip_range=None if True else a.importance_clip_range",
            "IAC/MAAC: reused buffers are importance-weighted without the PPO clip"),
 ]
 
