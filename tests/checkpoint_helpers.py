@@ -7,7 +7,9 @@ import random
 
 import numpy as np
 import torch
-from conftest import PROMPTS, length_ratio
+from conftest import length_ratio
+from conftest import prompt_dataset as make_dataset  # noqa: F401  (the names the checkpoint tests use)
+from conftest import seed_all as seed_everything  # noqa: F401
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
@@ -23,18 +25,6 @@ MAGRPO_ARGS = dict(
 
 def transition(prompt, agent_completions, **_):
     return [f"{prompt} again: {c[:8]}" for c in agent_completions]
-
-
-def seed_everything(seed: int = 0) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-def make_dataset(count: int = 4):
-    from datasets import Dataset
-
-    return Dataset.from_dict({"prompt": PROMPTS[:count]})
 
 
 def make_magrpo(paths, dataset, reward=length_ratio, cls=MAGRPOTrainer, model_config=None, tokenizer=None, wandb_config=None, **overrides):

@@ -166,7 +166,9 @@ def test_shared_value_loss_reads_prompt_and_final_states():
     # Q critic: column len(completion) = [2, 3]: values [2, 13]; errors 1, 121 -> mean 61
     q = SharedValueLoss(head, samples, coef=1.0, clip_range=None, final_state=True)
     loss, metrics = q(scores, batch, slice(0, 2))
-    assert_close(loss, torch.tensor(61.0)) and metrics["value_mean"] == pytest.approx(7.5)
+    assert_close(loss, torch.tensor(61.0))
+    assert metrics["value_mean"] == pytest.approx(7.5)  # mean of [2, 13]
+    assert metrics["value_loss"] == pytest.approx(61.0)  # the error before the coefficient
 
 
 def test_value_wrapper_forward_and_last_token_values(tiny_paths):

@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 
 BASE = dict(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=1, verbose=False, rollout_buffer_size=4,
-            agent_learning_rate=1e-3, critic_learning_rate=1e-3, eval_interval=0)
+            agent_learning_rate=1e-3, critic_learning_rate=1e-3, eval_interval=0, weight_decay=0.0)
 
 
 def files(path):

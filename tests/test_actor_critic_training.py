@@ -13,8 +13,9 @@ from comlrl.trainers.actor_critic.updates import SharedValueLoss, rollout_values
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.scoring import score_completions
 
+# weight_decay=0: a model that changed got a gradient (AdamW's decay moves every weight on its own)
 BASE = dict(num_turns=1, num_generations=3, max_new_tokens=4, num_train_epochs=1, verbose=False, rollout_buffer_size=6,
-            agent_learning_rate=1e-3, critic_learning_rate=1e-3, eval_interval=0)
+            agent_learning_rate=1e-3, critic_learning_rate=1e-3, eval_interval=0, weight_decay=0.0)
 
 
 @pytest.fixture(scope="module")

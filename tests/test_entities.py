@@ -10,7 +10,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from comlrl.models.sources import infer_model_name
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-CFG = dict(num_turns=1, num_generations=2, max_new_tokens=6, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3)
+# weight_decay=0: a model that changed got a gradient (AdamW's decay moves every weight on its own)
+CFG = dict(num_turns=1, num_generations=2, max_new_tokens=6, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3,
+           weight_decay=0.0)
 
 
 def build(**kwargs):

@@ -111,9 +111,10 @@ def test_reference_kl_is_zero_before_any_update_and_positive_after(tiny_paths, p
     # the first rollout comes before any update: policy == reference. The policy side is the log-prob
     # recorded while sampling (an incremental forward), the reference side a full forward: float noise only
     assert kls[0] < 1e-9
-    assert kls[-1] > 0.0
+    assert len(set(kls[1:])) == len(kls) - 1 and min(kls[1:]) > 1e-6  # later rollouts measure a moved policy
+    # (the values themselves are checked against known log-probs in test_mechanisms_kl_critics.py)
     penalties = [row["turn_1/reference_kl_penalty_mean"] for row in trainer.log_history]
-    assert penalties[-1] == pytest.approx(0.5 * kls[-1])
+    assert penalties == pytest.approx([0.5 * kl for kl in kls])
 
 
 def test_homogeneous_agents_share_one_frozen_reference(tiny_paths, prompts_dataset):
@@ -146,14 +147,3 @@ def test_wandb_offline_run_logs_and_survives_save_model(tiny_paths, prompts_data
         trainer.close()
     assert wandb.run is None
     assert os.path.isdir(run_dir)
-
-
-def test_tensorboard_sink_writes_event_files(tiny_paths, prompts_dataset, tmp_path):
-    pytest.importorskip("tensorboard", reason="tensorboard is an optional dependency")
-    trainer = make(tiny_paths, prompts_dataset, output_dir=str(tmp_path), tensorboard=True, logging_steps=1)
-    trainer.train()
-    trainer.close()
-    events = os.listdir(tmp_path / "tensorboard")
-    assert any(name.startswith("events.out.tfevents") for name in events)
-    with pytest.raises(ValueError, match="tensorboard=True writes under output_dir"):
-        MAGRPOConfig(tensorboard=True)

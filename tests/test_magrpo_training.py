@@ -16,7 +16,9 @@ from comlrl.trainers.reinforce import (
     MARLOOTrainer,
 )
 
-BASE = dict(num_turns=1, num_generations=2, max_new_tokens=6, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3)
+# weight_decay=0: a model that changed got a gradient (AdamW's decay moves every weight on its own)
+BASE = dict(num_turns=1, num_generations=2, max_new_tokens=6, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3,
+            weight_decay=0.0)
 
 
 def config(**overrides):
@@ -177,17 +179,8 @@ def test_off_policy_generation_logs_importance_diagnostics(tiny_paths, prompts_d
     gens = count_calls(trainer.agents[0], "generate")
     trainer.train()
     assert gens["calls"] == 2 and gens["rows"] == [4, 4]  # 2 buffers of 1 prompt x K=2 per generate call
-    rows = [r for r in trainer.log_history if "agent_0/ratio" in r]
-    assert rows and all(abs(r["agent_0/ratio"] - 1.0) < 0.5 for r in rows)
-    assert any(r["agent_0/approx_kl"] > 0 for r in rows)  # the second buffer is off-policy
-
-
-def test_gradient_clipping_is_applied(tiny_paths, prompts_dataset):
-    trainer = trainer_for(tiny_paths, prompts_dataset, max_grad_norm=1e-6, logging_steps=1)
-    before = snapshot(trainer.agents[0])
-    trainer.train()
-    assert trainer.log_history[0]["agent_0/grad_norm"] > 1e-6  # the norm before clipping is logged
-    assert changed(trainer.agents[0], before)
+    # every update reports the importance diagnostics (the ratios themselves: test_mechanisms.py)
+    assert all({"agent_0/ratio", "agent_0/clip_fraction", "agent_1/approx_kl"} <= set(r) for r in trainer.log_history)
 
 
 def test_stale_groups_are_importance_weighted(tiny_paths, prompts_dataset):

@@ -189,7 +189,7 @@ def test_two_turn_magrpo_with_feedback_trains(tiny_paths, prompts_dataset):
         formatters=formatter,
         external_transition=transition,
         args=MAGRPOConfig(num_turns=2, num_generations=2, max_new_tokens=5, num_train_epochs=1, verbose=False,
-                          early_termination_threshold=None, rollout_buffer_size=3, logging_steps=1),
+                          early_termination_threshold=None, rollout_buffer_size=3, logging_steps=1, weight_decay=0.0),
         train_dataset=prompts_dataset,
     )
     before = [snapshot(a) for a in trainer.agents]

@@ -35,7 +35,14 @@ def test_reference_kl_for_sequence_zero_for_identical_and_positive_after_a_chang
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
-    assert float(reference_kl_for_sequence(model, reference, ids, mask, prompt_len=3, response_len=3)) > 0.0
+    # the k3 sum over the 3 response tokens (positions 2..4 predict tokens 8, 9, 10), from plain forwards
+    with torch.no_grad():
+        pol = torch.log_softmax(model(input_ids=ids).logits[0, 2:5].float(), -1).gather(-1, ids[0, 3:6, None])[:, 0]
+        ref = torch.log_softmax(reference(input_ids=ids).logits[0, 2:5].float(), -1).gather(-1, ids[0, 3:6, None])[:, 0]
+    expected = float((torch.expm1(ref - pol) - (ref - pol)).sum())
+    assert expected > 1e-4  # the perturbation really changed the distribution
+    got = float(reference_kl_for_sequence(model, reference, ids, mask, prompt_len=3, response_len=3))
+    assert got == pytest.approx(expected, rel=1e-4)
 
 
 def test_reward_range_helpers():

@@ -3,6 +3,10 @@
 A *group* is the set of K samples drawn for one prompt (one node of a rollout tree) by one agent.
 Every function here works on the last dimension as the group dimension, so a ``[G, K]`` tensor holds
 G independent groups.
+
+Baselines and standardisation are computed in float64 and returned in the input's dtype: in float32
+``mean`` of K equal values is not always that value, and AdamW turns such a rounding residue into a
+full-size update. In float64 a group of equal (float32) returns has exactly zero advantages.
 """
 
 from __future__ import annotations
@@ -29,17 +33,20 @@ def group_advantages(returns: torch.Tensor, mode: str) -> torch.Tensor:
     """
     if mode == "raw":
         return returns.clone()
+    wide = returns.double()
     if mode == "mean":
-        return returns - returns.mean(dim=-1, keepdim=True)
-    if mode == "max":
-        return returns - returns.amax(dim=-1, keepdim=True)
-    if mode == "rloo":
+        out = wide - wide.mean(dim=-1, keepdim=True)
+    elif mode == "max":
+        out = wide - wide.amax(dim=-1, keepdim=True)
+    elif mode == "rloo":
         k = returns.shape[-1]
         if k <= 1:
-            return returns - returns.mean(dim=-1, keepdim=True)
-        total = returns.sum(dim=-1, keepdim=True)
-        return (k * returns - total) / (k - 1)
-    raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}.")
+            out = wide - wide.mean(dim=-1, keepdim=True)
+        else:
+            out = (k * wide - wide.sum(dim=-1, keepdim=True)) / (k - 1)
+    else:
+        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}.")
+    return out.to(returns.dtype)
 
 
 def normalize_groups(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
@@ -55,9 +62,10 @@ def normalize_groups(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tenso
     """
     if advantages.shape[-1] <= 1:
         return advantages.clone()
-    mean = advantages.mean(dim=-1, keepdim=True)
-    std = advantages.std(dim=-1, unbiased=False, keepdim=True).clamp_min(eps)
-    return (advantages - mean) / std
+    wide = advantages.double()
+    mean = wide.mean(dim=-1, keepdim=True)
+    std = wide.std(dim=-1, unbiased=False, keepdim=True).clamp_min(eps)
+    return ((wide - mean) / std).to(advantages.dtype)
 
 
 def normalize_flat(values: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

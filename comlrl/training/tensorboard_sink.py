@@ -28,6 +28,12 @@ class TensorBoardSink:
         self.writer.close()
 
     def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
-        """Tell TensorBoard to discard events after ``step`` (``purge_step``) when a run resumes."""
+        """When a run resumes from a checkpoint taken at ``step`` whose log is ``history``: discard
+        every event from ``step`` on (``purge_step``) and write the checkpoint's own rows at ``step``
+        again. Purging from ``step + 1`` would keep rows the abandoned continuation logged at the
+        checkpoint's step (an evaluation at the start of the next epoch), and they would be logged twice."""
         self.writer.close()
-        self.writer = self._writer_cls(log_dir=self.log_dir, purge_step=step + 1)
+        self.writer = self._writer_cls(log_dir=self.log_dir, purge_step=step)
+        for row in history:
+            if row.get("env_step") == step:
+                self.write({key: value for key, value in row.items() if key != "env_step"}, step)
