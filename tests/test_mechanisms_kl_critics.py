@@ -1,8 +1,9 @@
 """The reference-KL penalty and the critic settings, checked by their effect through the trainers.
 
 The reference is made to differ from the policy in a known way (its LM-head bias for "b" is raised
-by 1), so the KL of every one-token completion is known from two scoring forwards:
-``k3 = exp(d) - d - 1`` with ``d = log pi_ref(y) - log pi(y)``.
+by 1), so the KL terms of every one-token completion are known from two scoring forwards, with
+``d = log pi_ref(y) - log pi(y)``: the logged ``k3 = exp(d) - d - 1`` and the penalty's
+``k1 = log pi(y) - log pi_ref(y) = -d``.
 """
 
 import pytest
@@ -27,11 +28,11 @@ def shift_reference(trainer, token_ids):
 
 
 def expected_kl(policy, reference, tokenizer, prompt, completion, token_ids):
-    """k3 of a one-token completion, from the policy's and the reference's scoring forwards."""
+    """``(k3, k1)`` of a one-token completion, from the policy's and the reference's scoring forwards."""
     pol = completion_logprobs(policy, tokenizer, [prompt], token_ids)[completion][0]
     ref = completion_logprobs(reference, tokenizer, [prompt], token_ids)[completion][0]
     d = ref - pol
-    return float(torch.expm1(d) - d)
+    return float(torch.expm1(d) - d), float(-d)
 
 
 def log_odds(policy, tokenizer, prompts, token_ids):
@@ -64,21 +65,20 @@ def test_magrpo_advantages_are_the_group_baseline_of_returns_minus_coef_kl(tiny_
     trainer.train()
     prompt, completions = seen[0]
     assert prompt == PROMPTS[0] and set(completions) == set(ids), "the seeded first group holds both completions"
-    kls = torch.tensor([first_kls[c] for c in completions], dtype=torch.float64)
+    k3 = torch.tensor([first_kls[c][0] for c in completions], dtype=torch.float64)
+    k1 = torch.tensor([first_kls[c][1] for c in completions], dtype=torch.float64)
     row = trainer.log_history[0]
-    # returns are 0, so the mean-baseline advantages are -COEF * (KL_j - mean KL) and their
-    # (population) standard deviation is COEF * std(KL)
-    assert row["turn_1/reference_kl_mean"] == pytest.approx(float(kls.mean()), rel=1e-5, abs=1e-7)
-    assert row["turn_1/reference_kl_penalty_mean"] == pytest.approx(COEF * float(kls.mean()), rel=1e-5, abs=1e-7)
-    assert row["agent_0/advantage_std"] == pytest.approx(COEF * float(kls.std(unbiased=False)), rel=1e-4, abs=1e-7)
+    # returns are 0, so the mean-baseline advantages are -COEF * (k1_j - mean k1) and their
+    # (population) standard deviation is COEF * std(k1); the logged KL is the k3 estimate
+    assert row["turn_1/reference_kl_mean"] == pytest.approx(float(k3.mean()), rel=1e-5, abs=1e-7)
+    assert row["turn_1/reference_kl_penalty_mean"] == pytest.approx(COEF * float(k1.mean()), rel=1e-5, abs=1e-7)
+    assert row["agent_0/advantage_std"] == pytest.approx(COEF * float(k1.std(unbiased=False)), rel=1e-4, abs=1e-7)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Known defect (inherited from CoMLRL 1.4.3), reported on issue 14: the penalty subtracts the k3 estimate "
-    "exp(d) - d - 1 (d = log ref - log pi) from the return. As a REINFORCE reward its expected gradient is "
-    "grad[KL(pi||ref) - KL(ref||pi)], not grad KL(pi||ref), so the penalty can push the policy away from the "
-    "reference; k1 = log pi - log ref in the reward gives exactly grad KL. Remove this mark with the fix."))
 def test_the_kl_penalty_pulls_the_policy_toward_the_reference(tiny_paths):
+    """CoMLRL 1.4.3 subtracted the k3 estimate from the return: as a REINFORCE reward its expected
+    gradient is grad[KL(pi||ref) - KL(ref||pi)], which can push the policy away from the reference
+    (this test failed with it). The k1 penalty gives exactly grad KL(pi||ref)."""
     trainer, model, tokenizer, ids, reference = kl_trainer(tiny_paths, lambda c: [0.0] * len(c))
     before = log_odds(model, tokenizer, PROMPTS[:4], ids)
     target = log_odds(reference, tokenizer, PROMPTS[:4], ids)
@@ -107,12 +107,12 @@ def test_actor_critic_rewards_are_penalised_by_coef_times_kl(tiny_paths):
     first = batches[0]  # sampled and scored before any update
     assert len(first) == 8 and {s.completion for s in first} == set(ids)
     for sample in first:
-        kl = expected[sample.completion]
-        assert sample.metadata["reference_kl"] == pytest.approx(kl, rel=1e-5, abs=1e-7)
-        assert sample.metadata["reference_kl_penalty"] == pytest.approx(COEF * kl, rel=1e-5, abs=1e-7)
+        k3, k1 = expected[sample.completion]
+        assert sample.metadata["reference_kl"] == pytest.approx(k3, rel=1e-5, abs=1e-7)
+        assert sample.metadata["reference_kl_penalty"] == pytest.approx(COEF * k1, rel=1e-5, abs=1e-7)
         assert float(sample.reward) == sample.metadata["environment_reward"] == 1.0
-        assert float(sample.returns) == pytest.approx(1.0 - COEF * kl, rel=1e-6)
-        assert float(sample.value_target) == pytest.approx(1.0 - COEF * kl, rel=1e-6)  # one turn: y = shaped reward
+        assert float(sample.returns) == pytest.approx(1.0 - COEF * k1, rel=1e-6)
+        assert float(sample.value_target) == pytest.approx(1.0 - COEF * k1, rel=1e-6)  # one turn: y = shaped reward
 
 
 # ----------------------------------------------------------------------------- critic settings

@@ -4,7 +4,7 @@ Nothing here knows about models, devices, configs or files; trainers call these 
 """
 
 from comlrl.core.advantages import ADVANTAGE_MODES, group_advantages, normalize_flat, normalize_groups
-from comlrl.core.kl import k3_token_kl, sequence_kl
+from comlrl.core.kl import k3_token_kl, sequence_kl, sequence_log_ratio
 from comlrl.core.losses import PolicyLossOutput, policy_gradient_loss, sequence_logprobs, value_loss
 from comlrl.core.returns import cross_marginal_returns, node_returns, rewards_to_go, td_targets
 
@@ -20,6 +20,7 @@ __all__ = [
     "policy_gradient_loss",
     "rewards_to_go",
     "sequence_kl",
+    "sequence_log_ratio",
     "sequence_logprobs",
     "td_targets",
     "value_loss",

@@ -17,6 +17,20 @@ def k3_token_kl(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor)
 
 
 def sequence_kl(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """k3 KL of each sampled completion, summed over its real tokens: ``[R, C] -> [R]``."""
+    """k3 KL of each sampled completion, summed over its real tokens: ``[R, C] -> [R]`` (for logging:
+    never negative, low variance)."""
     per_token = k3_token_kl(policy_logprobs, reference_logprobs)
     return (per_token * mask.to(per_token.dtype)).sum(dim=-1)
+
+
+def sequence_log_ratio(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """k1 = ``log pi(y) - log pi_ref(y)`` of each sampled completion (summed over its real tokens):
+    ``[R, C] -> [R]``. The KL penalty of a reward.
+
+    Subtracted from a reward that REINFORCE treats as a constant, ``beta * k1`` gives exactly
+    ``beta * grad KL(pi || pi_ref)``: ``E_pi[k1 grad log pi] = grad E_pi[k1] - E_pi[grad log pi]`` and the
+    last term is 0. With k3 in its place the expected gradient would be
+    ``grad KL(pi || pi_ref) - grad KL(pi_ref || pi)``, which can push the policy away from the reference.
+    A single sample's k1 can be negative; its mean is the KL.
+    """
+    return ((policy_logprobs - reference_logprobs) * mask.to(policy_logprobs.dtype)).sum(dim=-1)

@@ -51,9 +51,10 @@ class GroupSample:
     node_env_step: int
     node_mean_reward: float
     node_mean_return: float
-    reference_kl: Optional[torch.Tensor] = None  # [K] sampled KL to the frozen reference
+    reference_kl: Optional[torch.Tensor] = None  # [K] k3 estimate of KL to the frozen reference (logged)
     old_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D log-probs recorded while sampling
     policy_version: int = 0  # the agent's optimizer steps when it sampled these (stale once it steps again)
+    reference_log_ratio: Optional[torch.Tensor] = None  # [K] log pi - log pi_ref: the KL penalty's basis
 
 
 @dataclass
@@ -82,10 +83,10 @@ class LevelOutput:
     """What one tree level produced for each agent."""
 
     completions: List[Completions]  # per agent
-    extras: List[Dict[str, Any]]  # per agent: optional "reference_kl" [R]
+    extras: List[Dict[str, Any]]  # per agent: optional "reference_kl" and "reference_log_ratio" [R]
 
 
-# (agent index, that agent's completions at this level) -> {"reference_kl": Tensor[R]}
+# (agent index, that agent's completions at this level) -> {"reference_kl": Tensor[R], "reference_log_ratio": Tensor[R]}
 RowScorer = Callable[[int, Completions], Dict[str, Any]]
 
 
@@ -276,6 +277,7 @@ class TreeRollout:
             credit = node.returns.clone()
         extras = node.level.extras[agent]
         kl = extras.get("reference_kl")
+        log_ratio = extras.get("reference_log_ratio")
         old = completions.logprobs
         return GroupSample(
             agent_idx=agent,
@@ -287,6 +289,7 @@ class TreeRollout:
             node_mean_reward=float(node.rewards.mean()),
             node_mean_return=float(node.returns.mean()),
             reference_kl=kl[rows[0] : rows[-1] + 1].clone() if kl is not None else None,
+            reference_log_ratio=log_ratio[rows[0] : rows[-1] + 1].clone() if log_ratio is not None else None,
             old_logprobs=[old[row] for row in rows] if old is not None else None,
         )
 

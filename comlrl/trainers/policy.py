@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 import torch
 import torch.nn as nn
 
-from comlrl.core.kl import sequence_kl
+from comlrl.core.kl import sequence_kl, sequence_log_ratio
 from comlrl.core.losses import policy_gradient_loss
 from comlrl.models.loading import frozen_copy
 from comlrl.models.tokenizers import pad_token_id
@@ -55,9 +55,10 @@ class PolicyAgent:
         return self.optimizer.updates if self.optimizer is not None else 0
 
     def rollout_extras(self, completions: Completions, temperature: float, *, reference_kl: bool) -> Dict[str, Any]:
-        """The sampled KL to the frozen reference of every row of ``completions`` (when asked and a
-        reference exists). The policy's side is the log-probs recorded while sampling; only greedy
-        completions (which record none) need a forward of the policy."""
+        """Per row of ``completions`` (when asked and a reference exists): ``reference_kl``, the k3 estimate
+        of KL(pi || pi_ref) (logged), and ``reference_log_ratio``, k1 = log pi - log pi_ref (the penalty:
+        see ``core.kl.sequence_log_ratio``). The policy's side is the log-probs recorded while sampling;
+        only greedy completions (which record none) need a forward of the policy."""
         if not (reference_kl and self.reference is not None):
             return {}
         prompts = [completions.prompt_of_row(r) for r in range(len(completions.tokens))]
@@ -71,7 +72,7 @@ class PolicyAgent:
         mask = torch.zeros_like(policy)
         for r, t in enumerate(completions.tokens):
             mask[r, : len(t)] = 1.0
-        return {"reference_kl": sequence_kl(policy, reference, mask)}
+        return {"reference_kl": sequence_kl(policy, reference, mask), "reference_log_ratio": sequence_log_ratio(policy, reference, mask)}
 
 
 def build_references(agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device]) -> List[nn.Module]:

@@ -106,7 +106,8 @@ def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_inp
     penalty = 0.0
     if kl_coef is not None and extras.get("reference_kl") is not None:
         kl = float(extras["reference_kl"][row])
-        penalty = kl_coef * kl
+        # the penalty is k1 = log pi - log pi_ref (core.kl.sequence_log_ratio); the logged KL is k3
+        penalty = kl_coef * float(extras["reference_log_ratio"][row])
         metadata.update(reference_kl=kl, reference_kl_penalty=penalty, environment_reward=reward)
     old_tokens = completions.logprobs[row] if completions.logprobs is not None else None
     sample = RolloutSample(

@@ -178,11 +178,11 @@ class MAGRPOTrainer(TrainerBase):
         metrics = dict(result.turn_metrics)
         if self.args.reference_kl_enabled:
             for turn in sorted({s.turn_idx for s in result.samples}):
-                kls = [s.reference_kl for s in result.samples if s.turn_idx == turn and s.reference_kl is not None]
-                if kls:
-                    kl = float(torch.cat(kls).mean())
-                    metrics[f"turn_{turn + 1}/reference_kl_mean"] = kl
-                    metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = kl * self.args.reference_kl_coef
+                at = [s for s in result.samples if s.turn_idx == turn and s.reference_kl is not None]
+                if at:
+                    metrics[f"turn_{turn + 1}/reference_kl_mean"] = float(torch.cat([s.reference_kl for s in at]).mean())
+                    penalty = torch.cat([s.reference_log_ratio for s in at]).mean() * self.args.reference_kl_coef
+                    metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = float(penalty)
         self.metrics.record(metrics)
 
     def _record_tree_signal(self, tree: TreeRollout, result: RolloutResult) -> None:
@@ -204,9 +204,11 @@ class MAGRPOTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ update
     def _advantages(self, sample: GroupSample) -> torch.Tensor:
+        """Group advantages of ``returns - reference_kl_coef * (log pi - log pi_ref)`` (see
+        ``core.kl.sequence_log_ratio`` for why the penalty is k1, not the logged k3)."""
         returns = sample.returns.float()
-        if self.args.reference_kl_enabled and sample.reference_kl is not None:
-            returns = returns - self.args.reference_kl_coef * sample.reference_kl.float()
+        if self.args.reference_kl_enabled and sample.reference_log_ratio is not None:
+            returns = returns - self.args.reference_kl_coef * sample.reference_log_ratio.float()
         advantages = group_advantages(returns, self.args.advantage_mode)
         return normalize_groups(advantages) if self.args.advantage_normalization else advantages
 
