@@ -1,0 +1,69 @@
+"""Runs that test_fsdp.py starts in one process and under torchrun with 2 ranks, with ``fsdp=True``
+(which only warns in one process, so both runs are the same script and config).
+
+Parameters are read with every sharded tensor gathered (``full_tensor``: collective, so every rank
+calls ``summary`` at the same point)."""
+
+import os
+
+from datasets import Dataset
+from dp_scenarios import PROMPTS, magrpo, reward, seed_everything
+
+from comlrl.trainers.actor_critic import IACConfig, IACTrainer
+from comlrl.training.fsdp import is_sharded, is_sharded_tensor
+
+
+def full_parameters(models):
+    return [(p.full_tensor() if is_sharded_tensor(p) else p).detach().clone() for m in models for p in m.parameters()]
+
+
+def summary(trainer):
+    rows = [dict(r) for r in trainer.log_history]
+    return {
+        "parameters": full_parameters(trainer.agents),
+        "env_step": trainer.env_step,
+        "rows": [r for r in rows if not any(k.startswith("eval/") for k in r)],
+        "eval_rows": [r for r in rows if any(k.startswith("eval/") for k in r)],
+        "sharded": [is_sharded(agent) for agent in trainer.agents],
+    }
+
+
+def fsdp_magrpo(paths, out, **overrides):
+    """The data-parallel MAGRPO run (llama + gpt2, both with tied embeddings) with fsdp=True, the
+    accumulate-clip-step schedule, two micro-batches per step, and an evaluation every 2 items."""
+    trainer = magrpo(paths, out, fsdp=True, max_grad_norm=1.0, update_micro_batch_size=2, eval_interval=2, **overrides)
+    trainer.eval_dataset = Dataset.from_dict({"prompt": PROMPTS[:2]})
+    return trainer
+
+
+def run_fsdp_train(paths, out):
+    """MAGRPO and shared-head IAC (a replicated value head on each sharded backbone) trained, then
+    exported with save_model."""
+    trainer = fsdp_magrpo(paths, out)
+    trainer.train()
+    trainer.save_model(os.path.join(out, "magrpo-export"))
+    result = {"magrpo": summary(trainer)}
+    seed_everything(0)
+    args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=1, verbose=False,
+                     rollout_buffer_size=4, agent_learning_rate=2e-5, eval_interval=0, weight_decay=0.0, logging_steps=1,
+                     use_separate_critic=False, fsdp=True, value_loss_coef=0.5)
+    iac = IACTrainer(agent_model=paths["llama"], reward_func=reward, args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
+    iac.train()
+    iac.save_model(os.path.join(out, "iac-export"))
+    result["iac"] = summary(iac)  # the value heads' parameters included
+    return result
+
+
+def run_fsdp_checkpointed(paths, out):
+    """A checkpoint after every step, then a fresh trainer resumed from the one after step 1 (a
+    multi-turn leftover in the buffers, Adam moments on every shard) trained to the end."""
+    directory = os.path.join(out, "ckpts")
+    first = fsdp_magrpo(paths, out, output_dir=None)
+    first.train(checkpoint_dir=directory, checkpoint_steps=1)
+    seed_everything(123)  # anything: the checkpoint's RNG states replace it
+    resumed = fsdp_magrpo(paths, out, output_dir=None)
+    resumed.train(resume_from_checkpoint=os.path.join(directory, "checkpoint-step-1"))
+    return {"straight": summary(first), "resumed": summary(resumed), "names": sorted(os.listdir(directory))}
+
+
+SCENARIOS = {"fsdp_train": run_fsdp_train, "fsdp_checkpointed": run_fsdp_checkpointed}
