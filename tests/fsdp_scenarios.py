@@ -36,34 +36,48 @@ def fsdp_magrpo(paths, out, **overrides):
     return trainer
 
 
+def fsdp_iac(paths, epochs=1):
+    """Shared-head IAC: a replicated value head on each sharded backbone, one AdamW over both."""
+    args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=epochs, verbose=False,
+                     rollout_buffer_size=4, agent_learning_rate=2e-5, eval_interval=0, weight_decay=0.0, logging_steps=1,
+                     use_separate_critic=False, fsdp=True, value_loss_coef=0.5)
+    return IACTrainer(agent_model=paths["llama"], reward_func=reward, args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
+
+
 def run_fsdp_train(paths, out):
-    """MAGRPO and shared-head IAC (a replicated value head on each sharded backbone) trained, then
-    exported with save_model."""
+    """MAGRPO and shared-head IAC trained, then exported with save_model."""
     trainer = fsdp_magrpo(paths, out)
     trainer.train()
     trainer.save_model(os.path.join(out, "magrpo-export"))
     result = {"magrpo": summary(trainer)}
     seed_everything(0)
-    args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=1, verbose=False,
-                     rollout_buffer_size=4, agent_learning_rate=2e-5, eval_interval=0, weight_decay=0.0, logging_steps=1,
-                     use_separate_critic=False, fsdp=True, value_loss_coef=0.5)
-    iac = IACTrainer(agent_model=paths["llama"], reward_func=reward, args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
+    iac = fsdp_iac(paths)
     iac.train()
     iac.save_model(os.path.join(out, "iac-export"))
     result["iac"] = summary(iac)  # the value heads' parameters included
     return result
 
 
-def run_fsdp_checkpointed(paths, out):
-    """A checkpoint after every step, then a fresh trainer resumed from the one after step 1 (a
-    multi-turn leftover in the buffers, Adam moments on every shard) trained to the end."""
-    directory = os.path.join(out, "ckpts")
-    first = fsdp_magrpo(paths, out, output_dir=None)
+def checkpointed(make, directory):
+    """A checkpoint after every step, then a fresh trainer resumed from the one after step 1, trained
+    to the end: the straight and the resumed run's summaries."""
+    first = make()
     first.train(checkpoint_dir=directory, checkpoint_steps=1)
     seed_everything(123)  # anything: the checkpoint's RNG states replace it
-    resumed = fsdp_magrpo(paths, out, output_dir=None)
+    resumed = make()
     resumed.train(resume_from_checkpoint=os.path.join(directory, "checkpoint-step-1"))
-    return {"straight": summary(first), "resumed": summary(resumed), "names": sorted(os.listdir(directory))}
+    return {"straight": summary(first), "resumed": summary(resumed)}
+
+
+def run_fsdp_checkpointed(paths, out):
+    """MAGRPO with reference KL (unsharded frozen references; a multi-turn leftover in the buffers at
+    step 1) and shared-head IAC (Adam moments of shards and of the replicated head in one optimizer)."""
+    directory = os.path.join(out, "ckpts")
+    result = checkpointed(lambda: fsdp_magrpo(paths, out, output_dir=None, reference_kl_enabled=True), directory)
+    result["names"] = sorted(os.listdir(directory))
+    seed_everything(0)
+    result["iac"] = checkpointed(lambda: fsdp_iac(paths, epochs=2), os.path.join(out, "iac-ckpts"))
+    return result
 
 
 SCENARIOS = {"fsdp_train": run_fsdp_train, "fsdp_checkpointed": run_fsdp_checkpointed}

@@ -14,6 +14,7 @@ from test_data_parallel import assert_close_runs, torchrun
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from comlrl.training.checkpoint import LoadPlan, validate_components
 from comlrl.training.checkpoint_layout import read_manifest
+from comlrl.training.fsdp import decoder_layers
 from comlrl.utils import read_checkpoint_metadata
 
 
@@ -65,12 +66,14 @@ def test_two_sharded_ranks_train_and_export_the_same_team_as_one_process(tiny_pa
 @pytest.mark.slow
 def test_a_sharded_checkpoint_has_the_unsharded_layout_and_resumes_exactly(tiny_paths, tmp_path):
     result = torchrun("fsdp_checkpointed", tiny_paths, tmp_path, module="fsdp_scenarios")
-    straight, resumed = result["straight"], result["resumed"]
-    assert resumed["sharded"] == [True, True]
-    for a, b in zip(straight["parameters"], resumed["parameters"]):
-        assert torch.equal(a, b)
-    assert straight["env_step"] == resumed["env_step"]
-    assert straight["rows"] == resumed["rows"]
+    for run in (result, result["iac"]):
+        straight, resumed = run["straight"], run["resumed"]
+        assert resumed["sharded"] == [True, True]
+        for a, b in zip(straight["parameters"], resumed["parameters"]):
+            assert torch.equal(a, b)
+        assert straight["env_step"] == resumed["env_step"]
+        assert straight["rows"] == resumed["rows"]
+    assert any("reference_kl_mean" in key for row in result["straight"]["rows"] for key in row)
     folder = tmp_path / "ckpts" / "checkpoint-step-1"
     assert read_checkpoint_metadata(str(folder))["progress"]["global_step"] == 1
     manifest = read_manifest(str(folder))
@@ -78,7 +81,7 @@ def test_a_sharded_checkpoint_has_the_unsharded_layout_and_resumes_exactly(tiny_
     # The files are those of an unsharded run: a one-process trainer (the accumulate schedule, one
     # parameter group per optimizer) accepts every model and optimizer file of the checkpoint.
     seed_everything(0)
-    plain = magrpo(tiny_paths, str(tmp_path / "plain"), output_dir=None, max_grad_norm=1.0)
+    plain = magrpo(tiny_paths, str(tmp_path / "plain"), output_dir=None, max_grad_norm=1.0, reference_kl_enabled=True)
     components = plain._checkpoint_components()
     manifest = dict(manifest, states=sorted(components.states))  # without the per-rank buffers of 2 processes
     plan = LoadPlan(str(folder), manifest, components)
@@ -108,3 +111,13 @@ def test_fsdp_in_one_process_warns_and_trains_unsharded(tiny_paths):
     trainer.train()
     assert trainer.env_step > 0 and trainer._sharding is None
     assert trainer.policies[0].optimizer.in_backward  # the schedule of an unsharded run
+
+
+def test_the_units_are_the_decoder_layers_or_the_root_alone(tiny_paths):
+    from transformers import AutoModelForCausalLM
+
+    llama = AutoModelForCausalLM.from_pretrained(tiny_paths["llama"])
+    assert decoder_layers(llama) == list(llama.model.layers)  # LlamaDecoderLayer, from _no_split_modules
+    gpt2 = AutoModelForCausalLM.from_pretrained(tiny_paths["gpt2"])
+    assert decoder_layers(gpt2) == list(gpt2.transformer.h)
+    assert decoder_layers(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []  # no names: the root is the only unit
