@@ -89,6 +89,8 @@ class Sharding:
         which follows at once. Returns the same object (its class now also an ``FSDPModule``)."""
         from torch.distributed.fsdp import fully_shard
 
+        if id(model) in self._depth:  # one model object given for two agents: sharded once
+            return model
         for layer in decoder_layers(model):
             fully_shard(layer, mesh=self.mesh, reshard_after_forward=True)
         fully_shard(model, mesh=self.mesh, reshard_after_forward=False)
@@ -159,7 +161,9 @@ class UnshardedGeneration:
         with self._sharding.unsharded([self._model]):
             return self.backend.generate(*args, **kwargs)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # the backend's other attributes (tokenizer, encode, ...)
+        if name in ("backend", "_sharding", "_model"):  # not set yet (copy, unpickling)
+            raise AttributeError(name)
         return getattr(self.backend, name)
 
 
