@@ -1,9 +1,11 @@
 """One process of a data-parallel test run (started by ``torch.distributed.run`` from test_data_parallel.py).
 
-argv[1]: a JSON file with ``paths`` (tiny model dirs), ``scenario`` and ``out`` (a directory).
+argv[1]: a JSON file with ``paths`` (tiny model dirs), ``scenario``, ``out`` (a directory) and ``module``
+(where the scenario is defined: dp_scenarios or fsdp_scenarios).
 The trainer joins torchrun's process group by itself: nothing here sets it up.
 """
 
+import importlib
 import json
 import os
 import sys
@@ -12,12 +14,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import conftest  # noqa: E402,F401  (offline settings, one thread)
 import torch  # noqa: E402
-from dp_scenarios import SCENARIOS, seed_everything  # noqa: E402
+from dp_scenarios import seed_everything  # noqa: E402
 
 settings = json.load(open(sys.argv[1]))
 rank = int(os.environ["RANK"])
 seed_everything(0)
-result = SCENARIOS[settings["scenario"]](settings["paths"], settings["out"])
+scenarios = importlib.import_module(settings["module"]).SCENARIOS
+result = scenarios[settings["scenario"]](settings["paths"], settings["out"])
 if rank == 0:
     torch.save(result, os.path.join(settings["out"], f"{settings['scenario']}.pt"))
 print(f"rank {rank} done", flush=True)
+import torch.distributed as dist  # noqa: E402
+
+if dist.is_initialized():  # leave the group before exit (an abort at interpreter exit fails the launch)
+    dist.barrier()
+    dist.destroy_process_group()

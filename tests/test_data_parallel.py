@@ -22,9 +22,9 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def torchrun(scenario, paths, out, nproc=2):
+def torchrun(scenario, paths, out, nproc=2, module="dp_scenarios"):
     settings = out / f"{scenario}.json"
-    settings.write_text(json.dumps({"paths": paths, "scenario": scenario, "out": str(out)}))
+    settings.write_text(json.dumps({"paths": paths, "scenario": scenario, "out": str(out), "module": module}))
     command = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
                f"--master_port={free_port()}", os.path.join(TESTS, "dp_worker.py"), str(settings)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), TESTS, os.environ.get("PYTHONPATH", "")]))

@@ -105,12 +105,14 @@ def value_model_writer(
     model: CausalLMWithValueHead,
     tokenizer: Any = None,
     extra: Optional[Callable[[str], None]] = None,
+    backbone_state: Optional[dict] = None,
 ) -> Callable[[str], None]:
-    """``write(dir)``: the backbone (``save_pretrained``), ``value_head.pt`` when a head exists, the
+    """``write(dir)``: the backbone (``save_pretrained``, with ``backbone_state`` in place of its own
+    when given: the full weights of a sharded backbone), ``value_head.pt`` when a head exists, the
     tokenizer if given, then ``extra(dir)``. Pass it to ``write_dir_atomically`` / ``write_into_dir``."""
 
     def write(directory: str) -> None:
-        model.model.save_pretrained(directory)
+        model.model.save_pretrained(directory, **({"state_dict": backbone_state} if backbone_state is not None else {}))
         if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(directory)
         if model.value_head is not None:

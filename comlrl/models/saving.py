@@ -106,11 +106,15 @@ def write_dir_atomically(path: str, write: Callable[[str], None], overwrite: boo
         shutil.rmtree(backup, ignore_errors=True)
 
 
-def save_pretrained_dir(path: str, model: Any, tokenizer: Any = None, overwrite: bool = False, extra: Optional[Callable[[str], None]] = None) -> None:
-    """``model.save_pretrained`` (+ tokenizer, + ``extra(dir)``) into ``path`` atomically."""
+def save_pretrained_dir(
+    path: str, model: Any, tokenizer: Any = None, overwrite: bool = False, extra: Optional[Callable[[str], None]] = None,
+    state_dict: Optional[dict] = None,
+) -> None:
+    """``model.save_pretrained`` (+ tokenizer, + ``extra(dir)``) into ``path`` atomically;
+    ``state_dict`` replaces the model's own (the full weights of a sharded model)."""
 
     def write(staging: str) -> None:
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, **({"state_dict": state_dict} if state_dict is not None else {}))
         if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(staging)
         if extra is not None:

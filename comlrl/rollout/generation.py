@@ -179,6 +179,9 @@ class HFGenerator:
                     attention_mask=attention_mask.to(self.device),
                     generation_config=self._generation_config(sampling),
                     logits_processor=LogitsProcessorList([sampler] if sampler is not None else []),
+                    # each process generates its own items; an FSDP model is unsharded first, so no rank
+                    # waits for the others' decode steps (transformers would for an FSDP module)
+                    synced_gpus=False,
                 )
         finally:
             self.model.train(was_training)

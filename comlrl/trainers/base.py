@@ -5,8 +5,10 @@ metrics, progress and model export. Algorithms fill in ``_items_per_step``, ``_t
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -23,6 +25,7 @@ from comlrl.training.checkpoint_state import AttributeState, CheckpointComponent
 from comlrl.trainers.policy import PolicyAgent, build_references
 from comlrl.training.devices import resolve_devices
 from comlrl.training.distributed import DataParallel
+from comlrl.training.fsdp import Sharding, full_model_state, gather_states, is_sharded, is_sharded_tensor
 from comlrl.training.optim import AgentOptimizer
 from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.training.progress import ProgressBar, StepTimer, library_bars, remaining_steps
@@ -64,7 +67,7 @@ class PolicyVersions:
 
 
 class RankStates:
-    """Checkpoint state of a data-parallel run: each rank's rollout buffers and RNG state, by rank
+    """Checkpoint state of a data-parallel run: each rank's rollout buffers, pending metric sums and RNG state, by rank
     (gathered on rank 0 when the checkpoint is written; each rank takes its own when it is loaded)."""
 
     def __init__(self, trainer: Any):
@@ -100,6 +103,7 @@ class TrainerBase(TrainingCheckpointMixin):
 
     algorithm_name = "base"
     default_config_cls: Any = None
+    _sharding: Optional[Sharding] = None  # fsdp=True under torchrun
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -114,12 +118,25 @@ class TrainerBase(TrainingCheckpointMixin):
 
     def _join_data_parallel(self, args: Any) -> DataParallel:
         """Join torchrun's process group when this process was started by it (before anything loads)."""
+        if args.fsdp and args.parallel_training == "mp":
+            raise ValueError(
+                "fsdp=True shards each agent over torchrun's processes, parallel_training='mp' puts agents on devices of "
+                "one process; use one of them (see docs/distributed.md)."
+            )
         self._dist = DataParallel.current()
         if self._dist.enabled and args.parallel_training == "mp":
             raise ValueError(
                 "parallel_training='mp' (agents on several devices of one process) cannot be combined with torchrun's "
                 "data parallelism yet; use one of them (see docs/distributed.md)."
             )
+        if args.fsdp and not self._dist.enabled:
+            warnings.warn(
+                "fsdp=True has no effect in a single process: there is nothing to shard over. Launch with "
+                "`torchrun --nproc_per_node=N script.py` (N > 1) to shard the agents, or set fsdp=False.",
+                stacklevel=3,
+            )
+        elif args.fsdp:
+            self._sharding = Sharding(self._dist.device().type, self._dist.world_size)
         return self._dist
 
     def _model_devices(self, spec: Any, count: int, kind: str) -> List[torch.device]:
@@ -198,13 +215,20 @@ class TrainerBase(TrainingCheckpointMixin):
         optimizer over each ``trainable`` module (the model itself, or a wrapper adding a value head)."""
         a = self.args
         self._agent_sources = list(sources)
+        sharding = self._sharding
+        if sharding is not None:  # shards and references start from rank 0's weights
+            self._dist.broadcast_parameters(trainable)
         self.reference_models = build_references(models, sources, reference_devices) if a.reference_kl_enabled else []
+        if sharding is not None:
+            models = [sharding.shard(model) for model in models]
         self.policies = [
             PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
             for i, (model, tok, device) in enumerate(zip(models, self.tokenizers, self.agent_devices))
         ]
         for policy, module in zip(self.policies, trainable):
             policy.optimizer = self._make_optimizer(module.parameters(), a.agent_learning_rate)
+            if sharding is not None:
+                policy.generator = sharding.generation(policy.generator, policy.model)
 
     def _store_task(self, *, train_dataset: Any, eval_dataset: Any, reward_func: Any, reward_processor: Any, external_transition: Any) -> None:
         self.train_dataset = train_dataset
@@ -216,13 +240,22 @@ class TrainerBase(TrainingCheckpointMixin):
     # ------------------------------------------------------------------ optimisation helpers
     def _make_optimizer(self, parameters, lr: float) -> AgentOptimizer:
         a = self.args
+        parameters = list(parameters)
         in_backward = a.optimizer_in_backward if a.optimizer_in_backward is not None else a.max_grad_norm is None
+        if any(is_sharded_tensor(p) for p in parameters):
+            in_backward = False  # see AgentOptimizer: sharded parameters step after backward
         dist = getattr(self, "_dist", None)
         return AgentOptimizer(
             parameters, lr=lr, betas=a.adam_betas, eps=a.adam_epsilon, weight_decay=a.weight_decay,
             fused=a.optimizer_fused, max_grad_norm=a.max_grad_norm, in_backward=in_backward,
             grad_sync=dist.average_ if dist is not None and dist.enabled else None,
         )
+
+    def _unsharded(self, modules: Optional[Sequence[nn.Module]] = None) -> Any:
+        """A block in which the sharded agents among ``modules`` (all when None) are unsharded, for
+        forwards whose number can differ between ranks (collective: every rank enters it). Outside
+        FSDP it does nothing."""
+        return self._sharding.unsharded(modules) if self._sharding is not None else contextlib.nullcontext()
 
     def _per_rank(self, count: int, name: str) -> int:
         """This process's share of a whole-run count (all of it in a single process)."""
@@ -395,10 +428,12 @@ class TrainerBase(TrainingCheckpointMixin):
 
     def _maybe_evaluate(self, start: int, count: int) -> None:
         interval = self.args.eval_interval
-        if self.eval_dataset is None or interval <= 0 or not self._dist.is_main:  # rank 0 evaluates for the run
+        if self.eval_dataset is None or interval <= 0:
             return
         if any((start + offset) % interval == 0 for offset in range(count)):
-            self.evaluate()
+            with self._unsharded():  # every rank unshards; rank 0 evaluates for the run
+                if self._dist.is_main:
+                    self.evaluate()
 
     # hooks for subclasses (checkpoints are taken right after them)
     def _after_step(self) -> None:
@@ -439,10 +474,15 @@ class TrainerBase(TrainingCheckpointMixin):
     def _checkpoint_barrier(self) -> None:
         self._dist.barrier()
 
-    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> None:
+    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> Optional[Dict[int, Any]]:
         if self._dist.enabled:
-            own = {"rollout_buffers": self.rollout_buffers, "rng": dict(rng)}
+            # pending metric sums (and the epoch's) are per rank until a row merges them
+            own = {"rollout_buffers": self.rollout_buffers, "rng": dict(rng), "metrics": self.metrics.state_dict()}
             self._gathered_rank_states = self._dist.gather_objects(own)
+        if self._sharding is None:
+            return None
+        components = self._checkpoint_components()
+        return gather_states(components.models, components.optimizers, keep=self._dist.is_main)
 
     def _checkpoint_own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
         restored = getattr(self, "_restored_rank_state", None)
@@ -493,6 +533,7 @@ class TrainerBase(TrainingCheckpointMixin):
         restored = getattr(self, "_restored_rank_state", None)
         if restored is not None:
             self.rollout_buffers = restored["rollout_buffers"]
+            self.metrics.load_state_dict(restored["metrics"])
         self.metrics.rewind(self.log_history, self.env_step)
         identity = manifest.get("wandb")
         config = self.wandb_config
@@ -605,13 +646,15 @@ class TrainerBase(TrainingCheckpointMixin):
         new trainer as ``agents=[".../agent_0", ...]``. Existing non-empty folders are refused unless
         ``overwrite=True``. A W&B run stays open.
         """
+        models = [self._export_model(model) for model in self.agents]
+        states = [full_model_state(model) if is_sharded(model) else None for model in models]  # collective
         if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
             targets = self._agent_export_dirs(output_dir)
             for target in targets:
                 check_target_free(target, overwrite)
             with library_bars(self.verbose):
-                for target, model, tokenizer in zip(targets, self.agents, self.tokenizers):
-                    save_pretrained_dir(target, self._export_model(model), tokenizer, overwrite)
+                for target, model, state, tokenizer in zip(targets, models, states, self.tokenizers):
+                    save_pretrained_dir(target, model, tokenizer, overwrite, state_dict=state)
             if self._wandb is not None:
                 self._wandb.write({"final_model_saved": 1.0}, self.env_step)
         self._dist.barrier()

@@ -191,6 +191,13 @@ class CommonTrainingFields(ConfigBase):
     verbose: Optional[bool] = None
     """Console output and progress bars (None: from ``wandb_config.config_sections.output.verbose``,
     default True)."""
+    fsdp: bool = False
+    """Under torchrun, shard every agent's language model over the processes with FSDP2 (each
+    decoder layer, then the rest): each rank holds 1/N of its parameters, gradients and AdamW state,
+    and FSDP's reduce-scatter replaces the gradient all-reduce for them. Each rank still rolls out
+    its own items, with the agent unsharded while it generates. Value heads, critics and references
+    stay replicated; the optimizer steps after backward. In a single process it has no effect (a
+    warning says so). See docs/distributed.md."""
 
     def _validate_common(self) -> None:
         require_optional_positive(self, "max_grad_norm")
@@ -207,6 +214,13 @@ class CommonTrainingFields(ConfigBase):
         require_in_range(self, "adam_epsilon", 0.0, float("inf"), low_open=True)
         if self.update_micro_batch_size is not None:
             require_int_at_least(self, "update_micro_batch_size", 1)
+        if not isinstance(self.fsdp, bool):
+            raise ValueError(f"fsdp must be True or False. Got {self.fsdp!r}.")
+        if self.fsdp and self.optimizer_in_backward:
+            raise ValueError(
+                "fsdp=True steps sharded parameters after backward (FSDP reduce-scatters their gradients first); "
+                "set optimizer_in_backward=None or False."
+            )
         if self.output_dir is not None and not isinstance(self.output_dir, str):
             raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")
         if not isinstance(self.overwrite_output_dir, bool):

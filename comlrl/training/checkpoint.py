@@ -43,6 +43,7 @@ from comlrl.training.checkpoint_files import (
     write_json,
 )
 from comlrl.training.checkpoint_layout import MANIFEST_FILENAME, RNG_FILENAME, STATE_FILENAME
+from comlrl.training.fsdp import optimizer_is_sharded, plain_class_name, shard_optimizer_state
 from comlrl.training.checkpoint_state import (
     CheckpointComponents,
     capture_rng_state,
@@ -76,16 +77,22 @@ def _file_name(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------- writing
-def write_checkpoint(staging: str, components: CheckpointComponents, identity: Mapping[str, Any]) -> Dict[str, Any]:
-    """Write every component into ``staging`` and the manifest last; return the manifest."""
+def write_checkpoint(
+    staging: str, components: CheckpointComponents, identity: Mapping[str, Any], gathered: Optional[Mapping[int, Any]] = None,
+) -> Dict[str, Any]:
+    """Write every component into ``staging`` and the manifest last; return the manifest.
+
+    ``gathered``: full states of sharded models and optimizers by ``id`` of the object (FSDP:
+    gathered by every rank beforehand), written in place of their own sharded ones."""
+    gathered = gathered or {}
     models: Dict[str, Dict[str, str]] = {}
     written: Dict[int, str] = {}
     for name, module in components.models.items():
         if id(module) not in written:
             folder = f"models/{_file_name(name)}"
-            save_module(os.path.join(staging, folder), module)
+            save_module(os.path.join(staging, folder), module, state=gathered.get(id(module)))
             written[id(module)] = folder
-        models[name] = {"folder": written[id(module)], "class": type(module).__name__}
+        models[name] = {"folder": written[id(module)], "class": plain_class_name(module)}
     tables: Dict[str, Dict[str, Dict[str, str]]] = {}
     for kind, table in (("optimizers", components.optimizers), ("schedulers", components.schedulers)):
         tables[kind] = {}
@@ -93,7 +100,8 @@ def write_checkpoint(staging: str, components: CheckpointComponents, identity: M
             os.makedirs(os.path.join(staging, kind), exist_ok=True)
         for name, obj in table.items():
             relative = f"{kind}/{_file_name(name)}.pt"
-            save_torch(os.path.join(staging, relative), obj.state_dict())
+            state = gathered.get(id(obj))
+            save_torch(os.path.join(staging, relative), state if state is not None else obj.state_dict())
             tables[kind][name] = {"file": relative, "class": type(obj).__name__}
     states = {
         name: encode_value(entry.obj.state_dict(), entry.records, where=f"checkpoint state {name!r}")
@@ -220,7 +228,8 @@ def apply_components(plan: LoadPlan) -> None:
     for name, module in components.models.items():
         load_module(inside(plan.folder, plan.manifest["models"][name]["folder"]), plan.model_indexes[name], module)
     for name, obj in components.optimizers.items():
-        obj.load_state_dict(plan.optimizers[name])
+        state = plan.optimizers[name]
+        obj.load_state_dict(shard_optimizer_state(obj, state) if optimizer_is_sharded(obj) else state)
     for name, obj in components.schedulers.items():
         obj.load_state_dict(plan.schedulers[name])
     for name, entry in components.states.items():
@@ -307,8 +316,10 @@ class TrainingCheckpointMixin:
     def _checkpoint_barrier(self) -> None:
         pass
 
-    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> None:
-        """Collect what every process must contribute to the next checkpoint (collective)."""
+    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> Optional[Mapping[int, Any]]:
+        """Collect what every process must contribute to the next checkpoint (collective); may return
+        the full states of sharded models and optimizers (see ``write_checkpoint``)."""
+        return None
 
     def _checkpoint_own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
         """The RNG state this process resumes with (the checkpoint's, or its own rank's)."""
@@ -421,7 +432,7 @@ class TrainingCheckpointMixin:
         rng = capture_rng_state()
         if self._checkpoint_run_id is None:
             self._checkpoint_run_id = self._checkpoint_share(uuid.uuid4().hex)
-        self._checkpoint_prepare(rng)
+        gathered = self._checkpoint_prepare(rng)
         if not self._checkpoint_is_writer():
             restore_rng_state(rng)
             self._checkpoint_barrier()
@@ -434,7 +445,7 @@ class TrainingCheckpointMixin:
                 self._checkpoint_identity(), trainer_class=self._checkpoint_class_name(), run_id=self._checkpoint_run_id,
                 sequence=sequence, rng=rng,
             )
-            write_checkpoint(staging, self._checkpoint_components(), identity)
+            write_checkpoint(staging, self._checkpoint_components(), identity, gathered)
             layout.publish(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

@@ -12,12 +12,13 @@ import hashlib
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
 from comlrl.models.saving import apply_umask
+from comlrl.training.fsdp import is_sharded, load_full_model_state, plain_class_name
 
 # Largest safetensors shard of one model (bytes of tensor data). Shards keep host memory bounded
 # while a GPU model is written and keep single files at a size file systems and tools handle well.
@@ -198,12 +199,15 @@ def training_flags(module: nn.Module) -> Dict[str, Any]:
     return {"training": root, "training_exceptions": [n for n, m in module.named_modules() if n and m.training != root]}
 
 
-def save_module(folder: str, module: nn.Module, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES) -> Dict[str, Any]:
-    """Write ``module.state_dict()`` as safetensors shards plus ``index.json``; return the index."""
+def save_module(
+    folder: str, module: nn.Module, max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES, state: Optional[Mapping[str, torch.Tensor]] = None,
+) -> Dict[str, Any]:
+    """Write ``module.state_dict()`` (or ``state``: the full tensors of a sharded module) as
+    safetensors shards plus ``index.json``; return the index."""
     from safetensors.torch import save_file
 
     os.makedirs(folder, exist_ok=True)
-    state = module.state_dict()
+    state = module.state_dict() if state is None else state
     unique, aliases = dedup_state(state)
     shards = _shards(unique, max_shard_bytes)
     weight_map = {}
@@ -213,7 +217,7 @@ def save_module(folder: str, module: nn.Module, max_shard_bytes: int = DEFAULT_M
         apply_umask(os.path.join(folder, filename))  # safetensors creates its files 0600
         weight_map.update({name: filename for name in names})
     index = {
-        "class": type(module).__name__,
+        "class": plain_class_name(module),
         "weight_map": weight_map,
         "aliases": aliases,
         "tensors": tensor_table(state),
@@ -228,8 +232,8 @@ def module_differences(index: Mapping[str, Any], module: nn.Module, limit: int =
     saved = index["tensors"]
     current = tensor_table(module.state_dict())
     diffs = []
-    if index["class"] != type(module).__name__:
-        diffs.append(f"class {index['class']} in the checkpoint, {type(module).__name__} here")
+    if index["class"] != plain_class_name(module):
+        diffs.append(f"class {index['class']} in the checkpoint, {plain_class_name(module)} here")
     missing = sorted(set(saved) - set(current))
     extra = sorted(set(current) - set(saved))
     if missing:
@@ -266,10 +270,13 @@ def check_shard_headers(folder: str, index: Mapping[str, Any]) -> None:
 
 
 def load_module(folder: str, index: Mapping[str, Any], module: nn.Module) -> None:
-    """Copy the saved tensors into ``module`` in place and restore its train/eval flags."""
+    """Copy the saved tensors into ``module`` in place and restore its train/eval flags. A module
+    with sharded (FSDP) parameters takes the full tensors on every rank together (collective)."""
     from safetensors import safe_open
 
     targets = module.state_dict(keep_vars=True)
+    sharded = is_sharded(module)
+    full: Dict[str, torch.Tensor] = {}
     by_file: Dict[str, List[str]] = {}
     for name, filename in index["weight_map"].items():
         by_file.setdefault(filename, []).append(name)
@@ -282,7 +289,12 @@ def load_module(folder: str, index: Mapping[str, Any], module: nn.Module) -> Non
                 for name in names:
                     value = handle.get_tensor(name)
                     for target_name in sources.get(name, []):
-                        targets[target_name].copy_(value)
+                        if sharded:
+                            full[target_name] = value
+                        else:
+                            targets[target_name].copy_(value)
+    if sharded:
+        load_full_model_state(module, full)
     module.train(index["training"])
     exceptions = set(index["training_exceptions"])
     for name, sub in module.named_modules():

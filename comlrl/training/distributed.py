@@ -167,16 +167,19 @@ class DataParallel:
         return merged_sums, merged_counts
 
     def broadcast_parameters(self, modules: Sequence[torch.nn.Module]) -> None:
-        """Every rank starts from rank 0's weights (fresh value heads are random on each rank)."""
+        """Every rank starts from rank 0's weights (fresh value heads are random on each rank).
+        Parameters sharded by FSDP are skipped: they were broadcast before they were sharded."""
         if not self.enabled:
             return
         import torch.distributed as dist
+
+        from comlrl.training.fsdp import is_sharded_tensor
 
         seen = set()
         with torch.no_grad():
             for module in modules:
                 for tensor in list(module.parameters()) + list(module.buffers()):
-                    if id(tensor) not in seen:
+                    if id(tensor) not in seen and not is_sharded_tensor(tensor):
                         seen.add(id(tensor))
                         dist.broadcast(tensor.data, src=0)
 

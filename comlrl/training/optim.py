@@ -10,6 +10,13 @@ state dict) and offers two schedules with the same arithmetic:
   holds a full set of gradients, which saves their memory (the size of the model) and the time to
   allocate them. Global-norm clipping needs every gradient before any step, so it requires the
   after-backward schedule.
+
+Parameters sharded by FSDP (``fsdp=True``; DTensors) take the after-backward schedule: FSDP
+reduce-scatters their gradients itself (``grad_sync`` is for the replicated ones only), its
+multi-tensor AdamW step then updates each rank's shard in one call instead of one call per
+parameter inside the reduce-scatter, and the global norm (clipping, the non-finite check) is
+reduced over ranks once, so every rank takes the same decision. Under FSDP a model's gradients are
+1/N of it, which leaves little for the in-backward schedule to save.
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 import torch.nn as nn
+
+from comlrl.training.fsdp import clip_grad_norm_, is_sharded_tensor
 
 
 class AgentOptimizer:
@@ -41,8 +50,19 @@ class AgentOptimizer:
                 "optimizer_in_backward=True cannot clip gradients by their global norm; set max_grad_norm=None "
                 "or optimizer_in_backward=False."
             )
+        sharded = [is_sharded_tensor(p) for p in self.params]
+        if in_backward and any(sharded):
+            raise ValueError(
+                "parameters sharded with FSDP are stepped after backward; set optimizer_in_backward=None or False with fsdp=True."
+            )
+        mixed = any(sharded) and not all(sharded)  # a sharded backbone with a replicated value head
+        if fused and mixed:
+            raise ValueError(
+                "optimizer_fused=True cannot update FSDP-sharded and replicated parameters (a value head) in one fused "
+                "kernel; set optimizer_fused=None."
+            )
         if fused is None:
-            fused = all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in self.params)
+            fused = not mixed and all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in self.params)
         groups = [{"params": [p]} for p in self.params] if in_backward else [{"params": self.params}]
         self.optimizer = torch.optim.AdamW(
             groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=bool(fused) or None
@@ -105,12 +125,13 @@ class AgentOptimizer:
             return norm
         if self.grad_sync is not None:  # every rank reduces every parameter, in the same order
             for p in self.params:
+                if is_sharded_tensor(p):
+                    continue  # FSDP has reduce-scattered it already
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
                 self.grad_sync(p.grad)
-        params = [p for p in self.params if p.grad is not None]
         limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf
-        norm = float(torch.nn.utils.clip_grad_norm_(params, limit)) if params else 0.0
+        norm = clip_grad_norm_(self.params, limit)
         if not math.isfinite(norm):
             self.optimizer.zero_grad(set_to_none=True)
             raise FloatingPointError(

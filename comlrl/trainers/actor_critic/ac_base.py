@@ -44,6 +44,7 @@ from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, n
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
+from comlrl.training.fsdp import full_model_state, is_sharded
 from comlrl.training.progress import library_bars
 from comlrl.training.optim import AgentOptimizer
 
@@ -307,7 +308,8 @@ class ActorCriticTrainerBase(TrainerBase):
             model, pad = self._value_model(sample.agent_idx)
             groups.setdefault(id(model), (model, pad, []))[2].append(sample)
         for model, pad, group in groups.values():
-            values = rollout_values(model, [s.critic_input_ids for s in group], pad, self.args.update_micro_batch_size)
+            with self._unsharded([model]):  # one forward per distinct sequence: counts differ between ranks
+                values = rollout_values(model, [s.critic_input_ids for s in group], pad, self.args.update_micro_batch_size)
             for sample, value in zip(group, values):
                 sample.old_value = value.clone()
 
@@ -497,7 +499,12 @@ class ActorCriticTrainerBase(TrainerBase):
         state dict (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are
         refused unless ``overwrite=True``. A W&B run stays open.
         """
-        with library_bars(self.verbose):
-            write_exports(self._export_entries(output_dir), overwrite)
-        if self._wandb is not None:
-            self._wandb.write({"final_model_saved": 1.0}, self.env_step)
+        entries = self._export_entries(output_dir)
+        for entry in entries:  # collective: every rank gathers a sharded backbone
+            entry.backbone_state = full_model_state(entry.model.model) if is_sharded(entry.model.model) else None
+        if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
+            with library_bars(self.verbose):
+                write_exports(entries, overwrite)
+            if self._wandb is not None:
+                self._wandb.write({"final_model_saved": 1.0}, self.env_step)
+        self._dist.barrier()

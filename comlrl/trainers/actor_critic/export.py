@@ -25,6 +25,7 @@ class ExportEntry:
     tokenizer: Any = None
     critic: Optional[CausalLMWithValueHead] = None  # written to ``path/critic``
     into_existing: bool = False  # write the files into ``path`` itself (which may hold other files)
+    backbone_state: Optional[dict] = None  # full weights of a sharded (FSDP) backbone
 
 
 def _writer(entry: ExportEntry):
@@ -35,7 +36,7 @@ def _writer(entry: ExportEntry):
         def extra(directory: str) -> None:
             write_dir_atomically(os.path.join(directory, CRITIC_DIR), critic_writer)
 
-    return value_model_writer(entry.model, entry.tokenizer, extra)
+    return value_model_writer(entry.model, entry.tokenizer, extra, entry.backbone_state)
 
 
 def write_exports(entries: Sequence[ExportEntry], overwrite: bool) -> None:
