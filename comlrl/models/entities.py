@@ -12,7 +12,8 @@ from typing import Any, List, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.models.loading import load_models, own_cpu_parameters, resize_for_tokenizer, resolve_model_kwargs
+from comlrl.models.loading import LoadOptions, load_models, own_cpu_parameters, resize_for_tokenizer, resolve_model_kwargs
+from comlrl.models.lora import LoraBases
 from comlrl.models.sources import resolve_model_sources
 from comlrl.models.tokenizers import (
     add_special_tokens,
@@ -86,15 +87,21 @@ def plan_agents(
     return AgentPlan(count, sources, plan_tokenizers(tokenizer, sources), name)
 
 
-def load_agents(plan: AgentPlan, model_config: Mapping[str, Any], devices: Sequence[torch.device]) -> tuple[List[nn.Module], List[Any]]:
-    """Load (or adopt) the planned agents and tokenizers; check every tokenizer fits its model."""
+def load_agents(
+    plan: AgentPlan, model_config: Mapping[str, Any], devices: Sequence[torch.device], options: LoadOptions = LoadOptions(),
+    peft_configs: Optional[Sequence[Any]] = None, lora: Optional[LoraBases] = None,
+) -> tuple[List[nn.Module], List[Any]]:
+    """Load (or adopt) the planned agents and tokenizers; check every tokenizer fits its model.
+    Agents with a peft config become adapters over bases shared through ``lora``."""
     tokenizers = load_tokenizers(plan.tokenizer_plan)
     special = model_config.get("special_tokens")
     for tok in {id(t): t for t in tokenizers}.values():
         add_special_tokens(tok, special)
         pad_token_id(tok)  # raises early for a tokenizer with neither pad nor eos
     kwargs = resolve_model_kwargs(model_config, model_config.get("model_kwargs"))
-    models = load_models(plan.sources, kind="agents", model_kwargs=kwargs, devices=devices)
+    models = load_models(
+        plan.sources, kind="agents", model_kwargs=kwargs, devices=devices, options=options, peft_configs=peft_configs, lora=lora
+    )
     for index, (model, tok) in enumerate(zip(models, tokenizers)):
         if special:
             resize_for_tokenizer(model, tok, f"agents[{index}]")

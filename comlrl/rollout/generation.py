@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence
 
 import torch
 import torch.nn as nn
@@ -101,10 +101,13 @@ class HFGenerator:
     distribution with one random stream per row and records its sampling log-probability.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Any, device: torch.device):
+    def __init__(self, model: nn.Module, tokenizer: Any, device: torch.device, autocast: Optional[Callable[[], ContextManager]] = None):
         self.model = model.model if isinstance(model, CausalLMWithValueHead) else model  # generate is the backbone's
         self.tokenizer = tokenizer
         self.device = device
+        # the compute-dtype context (mixed precision: bfloat16 autocast, whose weight-cast cache holds one
+        # bfloat16 copy of the weights for the duration of the call)
+        self.autocast = autocast or contextlib.nullcontext
         self.pad_id = pad_token_id(tokenizer)
         self.eos_ids = eos_token_ids(tokenizer, self.model)
         self.bos = bos_token(tokenizer)
@@ -159,7 +162,7 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), neutral_generation_config(self.model):
+            with torch.inference_mode(), neutral_generation_config(self.model), self.autocast():
                 sequences = self.model.generate(
                     input_ids=input_ids.to(self.device),
                     attention_mask=attention_mask.to(self.device),

@@ -27,27 +27,28 @@ class ExportEntry:
     into_existing: bool = False  # write the files into ``path`` itself (which may hold other files)
 
 
-def _writer(entry: ExportEntry):
+def _writer(entry: ExportEntry, merge: bool):
     extra = None
     if entry.critic is not None:
-        critic_writer = value_model_writer(entry.critic)
+        critic_writer = value_model_writer(entry.critic, merge=merge)
 
         def extra(directory: str) -> None:
             write_dir_atomically(os.path.join(directory, CRITIC_DIR), critic_writer)
 
-    return value_model_writer(entry.model, entry.tokenizer, extra)
+    return value_model_writer(entry.model, entry.tokenizer, extra, merge=merge)
 
 
-def write_exports(entries: Sequence[ExportEntry], overwrite: bool) -> None:
-    """Write every entry; new folders are checked to be free before anything is written."""
+def write_exports(entries: Sequence[ExportEntry], overwrite: bool, merge: bool = False) -> None:
+    """Write every entry; new folders are checked to be free before anything is written. ``merge``:
+    LoRA backbones are written as merged full models instead of adapters."""
     for entry in entries:
         if not entry.into_existing:
             check_target_free(entry.path, overwrite)
     for entry in entries:
         if entry.into_existing:
-            write_into_dir(entry.path, _writer(entry), overwrite)
+            write_into_dir(entry.path, _writer(entry, merge), overwrite)
         else:
-            write_dir_atomically(entry.path, _writer(entry), overwrite)
+            write_dir_atomically(entry.path, _writer(entry, merge), overwrite)
 
 
 def agent_dirs(output_dir: str, count: int) -> List[str]:
