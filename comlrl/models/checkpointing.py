@@ -1,7 +1,8 @@
 """Gradient (activation) checkpointing of trained models, compatible with dropout-free updates.
 
 ``enable_gradient_checkpointing`` uses transformers' own switch
-(``gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})``): each
+(``gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})``, named
+``activation_checkpointing_enable`` in recent releases): each
 decoder layer keeps only its input during the forward and recomputes its activations during
 backward. Non-reentrant checkpointing needs no input that requires grad, so it also works for LoRA
 adapters over a frozen embedding.
@@ -34,13 +35,16 @@ def _backbone(model: nn.Module) -> nn.Module:
 def enable_gradient_checkpointing(model: nn.Module, label: str) -> None:
     """Turn on non-reentrant gradient checkpointing of ``model``'s decoder layers."""
     backbone = _backbone(model)
-    enable = getattr(backbone, "gradient_checkpointing_enable", None)
-    if enable is None or not getattr(backbone, "supports_gradient_checkpointing", True):
+    kwargs = {"use_reentrant": False}
+    if not getattr(backbone, "supports_gradient_checkpointing", False):
         raise ValueError(
             f"gradient_checkpointing=True but {label} ({type(backbone).__name__}) does not support it; use a "
             f"Hugging Face model whose class supports gradient checkpointing, or set gradient_checkpointing=False."
         )
-    enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(backbone, "activation_checkpointing_enable"):  # transformers >= 5.2x: the new name
+        backbone.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def _executed_modules(model: nn.Module) -> Iterator[nn.Module]:
