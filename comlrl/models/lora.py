@@ -238,8 +238,18 @@ class AdapterModel(_SharedView):
         config.save_pretrained(directory)
 
     def merged_model(self) -> nn.Module:
-        """A float32 CPU copy of the base with this adapter merged in (the shared base is untouched)."""
+        """A float32 CPU copy of the base with this adapter merged in (the shared base is untouched).
+
+        When the output layer carries an adapter and shares its weight with the input embedding
+        (``tie_word_embeddings``, as in Qwen2.5 / Qwen3), the copy is untied first, so the merge
+        changes the output layer only, as the adapter did."""
         clone = copy.deepcopy(self.shared.peft_model).to(device="cpu", dtype=torch.float32)
+        base = clone.get_base_model()
+        output = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+        inner = getattr(output, "base_layer", None)
+        if inner is not None and inner.weight is base.get_input_embeddings().weight:
+            inner.weight = nn.Parameter(inner.weight.detach().clone())
+            base.config.tie_word_embeddings = False
         return clone.merge_and_unload(adapter_names=[self.adapter_name])
 
     def merged_state_dict(self) -> Dict[str, torch.Tensor]:
