@@ -252,9 +252,18 @@ class AdapterModel(_SharedView):
             base.config.tie_word_embeddings = False
         return clone.merge_and_unload(adapter_names=[self.adapter_name])
 
-    def merged_state_dict(self) -> Dict[str, torch.Tensor]:
-        """Weights of the merged model by the base model's own names (what a rollout engine loads)."""
-        return self.merged_model().state_dict()
+    def adapted_weights(self) -> Iterator[Tuple[str, torch.Tensor]]:
+        """``(name, W + delta)`` of every layer this adapter changes, by the base model's own parameter
+        names and in the base's dtype: what a rollout engine holding the base must load to sample from
+        this agent (nothing else differs from the base)."""
+        name = self.adapter_name
+        with torch.no_grad():
+            for path, module in self.shared.peft_model.get_base_model().named_modules():
+                layer = getattr(module, "base_layer", None)
+                if layer is None or name not in getattr(module, "lora_A", {}):
+                    continue
+                weight = layer.weight
+                yield f"{path}.weight", (weight + module.get_delta_weight(name).to(weight.dtype)).detach()
 
 
 class BaseReference(_SharedView):

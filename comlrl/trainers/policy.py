@@ -218,6 +218,10 @@ def backward_policy_rows(
                 f"scale, lower the learning rate, or set max_grad_norm."
             )
         agent.optimizer.backward(loss, last=stop == len(rows))
+        if old is not None:
+            gap, count = sampler_mismatch(scores.logprobs, old, batch.mask, rows.stale[start:stop])
+            totals["mismatch"] = totals.get("mismatch", 0.0) + gap
+            totals["fresh_tokens"] = totals.get("fresh_tokens", 0.0) + count
         tokens = float(batch.mask.sum())
         totals["loss"] += float(output.loss.detach())
         totals["entropy"] += float((scores.entropy * batch.mask).sum())
@@ -225,6 +229,13 @@ def backward_policy_rows(
         for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
             totals[key] += float(value) * tokens
     return {**_policy_metrics(totals, rows), **extra_totals}
+
+
+def sampler_mismatch(logprobs: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, stale: Sequence[bool]) -> Tuple[float, float]:
+    """``(sum over fresh rows' tokens of |log pi_scored - log pi_sampler|, their token count)``: how far
+    the trainer's scores are from the log-probs the generation backend recorded for the same policy."""
+    fresh = torch.tensor([not s for s in stale], dtype=mask.dtype, device=mask.device).unsqueeze(1) * mask
+    return float(((logprobs.detach() - old).abs() * fresh).sum()), float(fresh.sum())
 
 
 def _policy_metrics(totals: Dict[str, float], rows: PolicyRows) -> Dict[str, float]:
@@ -240,4 +251,7 @@ def _policy_metrics(totals: Dict[str, float], rows: PolicyRows) -> Dict[str, flo
         # scoring reproduces the sampling log-probs (1 up to float noise)
         metrics.update(ratio=totals["ratio"] / tokens, clip_fraction=totals["clip_fraction"] / tokens, approx_kl=totals["approx_kl"] / tokens)
         metrics["stale_fraction"] = sum(rows.stale) / max(len(rows), 1)
+        fresh_tokens = totals.get("fresh_tokens", 0.0)
+        if fresh_tokens:
+            metrics["logprob_mismatch"] = totals["mismatch"] / fresh_tokens
     return metrics
