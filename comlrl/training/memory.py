@@ -59,6 +59,8 @@ class ModelShape:
     attention_bias: bool = False  # Qwen2: biases on q, k, v
     qk_norm: bool = False  # Qwen3: RMSNorm on q and k per head
     mlp_matrices: int = 3  # gated MLP (gate, up, down); 2 for GPT-2
+    layer_norm: bool = False  # GPT-2: LayerNorms with biases, biases on every linear layer
+    position_embeddings: int = 0  # GPT-2: learned positions (n_positions)
 
     @classmethod
     def from_config(cls, config: Any, name: Optional[str] = None) -> "ModelShape":
@@ -81,6 +83,8 @@ class ModelShape:
             attention_bias=bool(get("attention_bias", False)) or model_type == "qwen2" or gpt2,
             qk_norm=model_type in ("qwen3", "qwen3_moe"),
             mlp_matrices=2 if gpt2 else 3,
+            layer_norm=gpt2,
+            position_embeddings=int(get("n_positions") or 0) if gpt2 else 0,
         )
 
     @property
@@ -92,15 +96,19 @@ class ModelShape:
         return self.num_kv_heads * self.head_dim
 
     def layer_parameters(self) -> int:
-        h, q, kv = self.hidden_size, self.q_width, self.kv_width
+        h, q, kv, i = self.hidden_size, self.q_width, self.kv_width, self.intermediate_size
         attention = h * q + 2 * h * kv + q * h + (q + 2 * kv if self.attention_bias else 0) + (2 * self.head_dim if self.qk_norm else 0)
-        return attention + self.mlp_matrices * h * self.intermediate_size + 2 * h
+        mlp = self.mlp_matrices * h * i
+        if self.layer_norm:  # GPT-2: output-projection and MLP biases, LayerNorm biases
+            return attention + h + mlp + i + h + 4 * h
+        return attention + mlp + 2 * h
 
     @property
     def parameters(self) -> int:
-        embeddings = self.vocab_size * self.hidden_size
-        head = 0 if self.tie_word_embeddings else embeddings
-        return embeddings + head + self.num_layers * self.layer_parameters() + self.hidden_size
+        embeddings = self.vocab_size * self.hidden_size + self.position_embeddings * self.hidden_size
+        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        final_norm = (2 if self.layer_norm else 1) * self.hidden_size
+        return embeddings + head + self.num_layers * self.layer_parameters() + final_norm
 
     @property
     def largest_tensor(self) -> int:
@@ -395,3 +403,27 @@ def shapes_from_sources(sources: Sequence[str]) -> List[ModelShape]:
             ) from None
         shapes.append(ModelShape.from_config(config, name=source))
     return shapes
+
+
+def estimate_from_config(
+    algorithm: str,
+    agents: Sequence[str],
+    config: Any,
+    *,
+    critics: Sequence[str] = (),
+    prompt_tokens: int = 256,
+    lora_rank: int = 0,
+    lora_targets: Sequence[str] = ("all-linear",),
+    device: str = "cuda",
+) -> MemoryEstimate:
+    """``estimate_memory`` of a run described as a trainer is: model ids / directories / published
+    names for the agents (and critics), and the trainer's config object. Critics of the agents'
+    source share its LoRA base."""
+    shapes = shapes_from_sources(agents)
+    critic_shapes = shapes_from_sources(critics)
+    critic_sources = [c if lora_rank else f"critic:{i}:{c}" for i, c in enumerate(critics)]
+    shape = run_shape(
+        algorithm, shapes, config, agent_sources=list(agents), critic_shapes=critic_shapes, critic_sources=critic_sources,
+        prompt_tokens=prompt_tokens, lora_rank=lora_rank, lora_targets=lora_targets, device=device,
+    )
+    return estimate_memory(shape)
