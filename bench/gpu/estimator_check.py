@@ -119,7 +119,7 @@ def run_case(name: str, models_dir: str, new_tokens: int) -> Dict[str, Any]:
     # large allocations straight from mmap, so a freed tensor leaves the resident set at once and the peak
     # follows live tensors (glibc would otherwise keep freed blocks of up to 32 MiB in its heap)
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=2400, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
