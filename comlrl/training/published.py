@@ -56,32 +56,50 @@ PUBLISHED_RUNS: List[PublishedRun] = [
                  dict(num_generations=2, max_new_tokens=512, num_turns=4, rollout_buffer_size=2, train_batch_size=2), 768, 138.0),
 ]
 
-# the settings docs/gpu.md compares: (label, precision, gradient checkpointing, LoRA rank)
-SETTINGS: List[Tuple[str, str, bool, int]] = [
-    ("fp32", "fp32", False, 0),
-    ("bf16-mixed", "bf16-mixed", False, 0),
-    ("bf16-mixed + GC", "bf16-mixed", True, 0),
-    ("bf16-mixed + GC + LoRA r=16", "bf16-mixed", True, 16),
-    ("pure bf16 (1.4.3's dtypes)", "bf16", False, 0),
+@dataclass(frozen=True)
+class Setting:
+    """A column of the published table."""
+
+    label: str
+    precision: str
+    gradient_checkpointing: bool = False
+    lora_rank: int = 0
+    optimizer: str = "adamw"
+    optimizer_in_backward: bool = True
+
+
+SETTINGS: List[Setting] = [
+    Setting("fp32", "fp32"),
+    Setting("bf16-mixed", "bf16-mixed"),
+    Setting("bf16-mixed + GC", "bf16-mixed", True),
+    Setting("bf16-mixed + GC + 8-bit AdamW", "bf16-mixed", True, optimizer="adamw_8bit"),
+    Setting("bf16-mixed + GC + LoRA r=16", "bf16-mixed", True, 16),
+    # 1.4.3's dtypes and schedule: pure bf16 weights, gradients and AdamW state, stepped after backward
+    Setting("pure bf16, no in-backward step (1.4.3's dtypes)", "bf16", optimizer_in_backward=False),
 ]
 
 
 class _Config:
-    """The trainer-config fields ``run_shape`` reads, for a published run."""
+    """The trainer-config fields ``run_shape`` reads, for a published run under one setting."""
 
-    def __init__(self, run: PublishedRun, precision: str, checkpointing: bool):
+    def __init__(self, run: PublishedRun, setting: Setting):
         defaults = dict(joint_mode="aligned", critic_type="v", update_micro_batch_size=None, reference_kl_enabled=False,
-                        optimizer="adamw", optimizer_in_backward=None, max_grad_norm=None, use_separate_critic=run.use_separate_critic)
+                        max_grad_norm=None, use_separate_critic=run.use_separate_critic)
         for key, value in {**defaults, **run.settings}.items():
             setattr(self, key, value)
-        self.precision, self.gradient_checkpointing = precision, checkpointing
+        self.precision, self.gradient_checkpointing = setting.precision, setting.gradient_checkpointing
+        self.optimizer, self.optimizer_in_backward = setting.optimizer, setting.optimizer_in_backward
 
 
-def published_estimate(run: PublishedRun, precision: str, checkpointing: bool, lora_rank: int, device: str = "cuda"):
+def published_estimate(run: PublishedRun, precision: str, checkpointing: bool, lora_rank: int, device: str = "cuda",
+                       setting: Optional[Setting] = None):
+    """The estimate of ``run`` under ``setting`` (or the one given by precision / checkpointing / LoRA rank)."""
     from comlrl.training.memory import estimate_memory, run_shape
 
+    setting = setting or Setting("", precision, checkpointing, lora_rank)
+    lora_rank = setting.lora_rank
     shape = run_shape(
-        run.algorithm, [PUBLISHED_MODELS[a] for a in run.agents], _Config(run, precision, checkpointing),
+        run.algorithm, [PUBLISHED_MODELS[a] for a in run.agents], _Config(run, setting),
         agent_sources=list(run.agents), critic_shapes=[PUBLISHED_MODELS[c] for c in run.critics],
         critic_sources=[f"critic:{c}:{i}" for i, c in enumerate(run.critics)], prompt_tokens=run.prompt_tokens,
         lora_rank=lora_rank, device=device,
@@ -94,15 +112,15 @@ def published_estimate(run: PublishedRun, precision: str, checkpointing: bool, l
     return estimate_memory(shape)
 
 
-def published_table(settings: Optional[List[Tuple[str, str, bool, int]]] = None) -> str:
+def published_table(settings: Optional[List[Setting]] = None) -> str:
     """Markdown: every published run, its reported VRAM, and the predicted peak per setting (GB = 1e9 B)."""
     settings = settings or SETTINGS
-    head = "| configuration | reported (1.4.3) | " + " | ".join(label for label, *_ in settings) + " |"
+    head = "| configuration | reported (1.4.3) | " + " | ".join(s.label for s in settings) + " |"
     lines = [head, "|" + "---|" * (len(settings) + 2)]
     for run in PUBLISHED_RUNS:
         cells = []
-        for _, precision, checkpointing, rank in settings:
-            gb = published_estimate(run, precision, checkpointing, rank).peak / 1e9
+        for setting in settings:
+            gb = published_estimate(run, setting.precision, setting.gradient_checkpointing, setting.lora_rank, setting=setting).peak / 1e9
             cells.append(f"{gb:.1f} GB ({gb / run.reported_gb:.0%})")
         lines.append(f"| {run.name}, prompts ~{run.prompt_tokens} tokens | {run.reported_gb:.0f} GB | " + " | ".join(cells) + " |")
     return "\n".join(lines)
