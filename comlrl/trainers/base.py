@@ -155,7 +155,8 @@ class TrainerBase(TrainingCheckpointMixin):
         """Frozen references (with reference KL), then one ``PolicyAgent`` per language model and one
         optimizer over each ``trainable`` module (the model itself, or a wrapper adding a value head)."""
         a = self.args
-        precision = self.precision
+        # a trainer that loads its models without _load_options trains as before: float32, no autocast
+        precision = self.precision or Precision("fp32", torch.float32)
         frozen = precision.frozen if precision.frozen != precision.weights and isinstance(precision.frozen, torch.dtype) else None
         self.reference_models = build_references(models, sources, reference_devices, frozen) if a.reference_kl_enabled else []
         self.policies = [
