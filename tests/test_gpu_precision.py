@@ -7,7 +7,7 @@ import types
 import pytest
 import torch
 from conftest import length_ratio
-from test_precision import bf16_dir, moved_fraction, train_once  # noqa: F401  (fixture)
+from test_precision import bf16_dir, moved_fraction  # noqa: F401  (bf16_dir is a fixture)
 from transformers import AutoModelForCausalLM
 
 from comlrl.models.precision import Precision, resolve_precision

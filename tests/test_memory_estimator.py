@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import GPT2Config, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 from transformers import AutoModelForCausalLM
 
 from comlrl.cli import main

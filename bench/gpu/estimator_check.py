@@ -137,7 +137,7 @@ def main(argv: List[str] = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="print each estimate's parts")
     args = parser.parse_args(argv)
     results = []
-    print(f"| case | measured MiB | predicted MiB | error |\n|---|---|---|---|")
+    print("| case | measured MiB | predicted MiB | error |\n|---|---|---|---|")
     for name in args.only or list(CASES):
         result = run_case(name, args.models_dir, args.new_tokens)
         results.append(result)
