@@ -145,3 +145,20 @@ def test_adamw_8bit_is_built_from_bitsandbytes(monkeypatch, tiny_paths):
     assert isinstance(optimizer, FakeAdamW8bit)
     assert built[0] == {"lr": 1e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0}
     assert len(optimizer.param_groups) == len(list(trainer.agents[0].parameters()))
+
+
+@pytest.mark.parametrize("kl", [False, True])
+def test_precision_may_change_on_resume_where_the_stored_dtypes_agree(tiny_paths, prompts_dataset, tmp_path, kl):
+    from comlrl.training.checkpoint_files import CheckpointError
+
+    def make(precision):
+        return MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=1, reward_func=lambda c: [0.0] * len(c),
+                             train_dataset=prompts_dataset, args=MAGRPOConfig(num_turns=1, precision=precision, reference_kl_enabled=kl))
+
+    saved = make("fp32").save_checkpoint(str(tmp_path / "ckpt"))
+    resumed = make("bf16-mixed")
+    if not kl:  # float32 weights and AdamW state either way
+        assert resumed.load_checkpoint(saved)["global_step"] == 0
+    else:  # the bf16-mixed reference is stored in bfloat16: named and refused
+        with pytest.raises(CheckpointError, match=r"reference_models\.0.*float32.*bfloat16"):
+            resumed.load_checkpoint(saved)

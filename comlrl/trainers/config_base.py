@@ -213,8 +213,11 @@ class CommonTrainingFields(ConfigBase):
 
 
 # Fields of every RL config that may differ between a checkpoint and the run that resumes it.
+# precision and gradient_checkpointing may change because every stored tensor is checked against the
+# trainer's (a change of weight dtype is refused there, naming the tensor); checkpointing changes no value.
 RESUMABLE_RUN_FIELDS = frozenset(
-    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir", "verbose"}
+    {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir", "verbose",
+     "precision", "gradient_checkpointing"}
 )
 
 
