@@ -126,7 +126,8 @@ def check_object_dtype(model: nn.Module, precision: Precision, label: str, expli
     precision was asked for explicitly (objects are never cast in place behind the caller's back)."""
     if not explicit or precision.weights == "auto":
         return
-    dtypes = {p.dtype for p in model.parameters() if p.dtype.is_floating_point}
+    # value heads are float32 in every precision (models/value_head.py)
+    dtypes = {p.dtype for n, p in model.named_parameters() if p.dtype.is_floating_point and not n.startswith("value_head.")}
     if dtypes and dtypes != {precision.weights}:
         have = "/".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
         want = str(precision.weights).removeprefix("torch.")
