@@ -33,6 +33,8 @@ from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+if __name__ == "__main__" and "--child" not in sys.argv and ROOT not in sys.path:
+    sys.path.insert(0, ROOT)  # the driver reads this project's published data; a child imports its library's comlrl
 
 
 @dataclass(frozen=True)
@@ -182,35 +184,54 @@ def _trainer(job: Job, run, models, tokenizers, dataset, transition):
                        args=MAACConfig(num_agents=len(agents), **fields), **extra)
 
 
-def run_job(job: Job, scale: str, device: str, steps: int) -> Dict[str, Any]:
-    import gc
-
-    import torch
+def job_spec(job: Job, scale: str) -> Dict[str, Any]:
+    """Everything a job's child needs from comlrl's published data, as JSON (a 1.4.3 child cannot
+    import this project's modules: its ``comlrl`` is 1.4.3)."""
+    from dataclasses import asdict
 
     from comlrl.training.published import PUBLISHED_MODELS, PUBLISHED_RUNS, published_estimate
 
-    from dataclasses import replace
-
     run = PUBLISHED_RUNS[RUNS[job.run]]
-    published_turns = run.settings["num_turns"]
+    settings = dict(run.settings)
     if job.num_turns is not None:  # fewer turns than published, to fit the time budget (recorded in the result)
-        run = replace(run, settings=dict(run.settings, num_turns=job.num_turns))
+        settings["num_turns"] = job.num_turns
     if scale == "tiny":  # the CPU smoke run: toy sizes all the way
-        run = replace(run, settings=dict(run.settings, max_new_tokens=8))
+        settings["max_new_tokens"] = 8
+    shared = job.name.startswith("tldr-iac-shared")
+    spec = {
+        "name": run.name, "algorithm": run.algorithm, "settings": settings, "published_num_turns": run.settings["num_turns"],
+        "prompt_tokens": run.prompt_tokens if scale == "full" else 16, "reported_gb": run.reported_gb, "shared_heads": shared,
+        "agents": [asdict(scaled_shape(PUBLISHED_MODELS[a], scale)) for a in run.agents],
+        "critics": [] if shared else [asdict(scaled_shape(PUBLISHED_MODELS[c], scale)) for c in run.critics],
+        "homogeneous": len(set(run.agents) | set(run.critics)) == 1 and not shared,
+    }
+    if job.library == "comlrl" and scale == "full":
+        from dataclasses import replace
+
+        estimate = published_estimate(replace(run, settings=settings), job.precision, job.gradient_checkpointing, job.lora_rank)
+        spec["estimated_peak_gib"] = estimate.peak / 2**30
+    return spec
+
+
+def run_job(job: Job, spec: Dict[str, Any], device: str, steps: int) -> Dict[str, Any]:
+    import gc
+    from types import SimpleNamespace
+
+    import torch
+
+    run = SimpleNamespace(**{k: spec[k] for k in ("name", "algorithm", "settings")}, agents=spec["agents"], critics=spec["critics"])
     cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     meter = GenerationMeter(sync)
     # 1.4.3 trains in the models' dtype; comlrl loads bfloat16 bases for LoRA and float32 masters otherwise
     dtype = torch.bfloat16 if (job.library == "1.4.3" or job.lora_rank or job.precision == "bf16") else torch.float32
-    agent_shapes = [scaled_shape(PUBLISHED_MODELS[a], scale) for a in run.agents]
-    shared = job.name.startswith("tldr-iac-shared")
-    critic_shapes = [] if shared else [scaled_shape(PUBLISHED_MODELS[c], scale) for c in run.critics]
+    agent_shapes = [SimpleNamespace(**shape) for shape in spec["agents"]]
+    critic_shapes = [SimpleNamespace(**shape) for shape in spec["critics"]]
     tokenizers = [build_tokenizer(s.vocab_size) for s in agent_shapes]
     built = time.perf_counter()
     agents = [build_model(s, dtype, device, seed=i) for i, s in enumerate(agent_shapes)]
     critics = [build_model(s, dtype, device, seed=10 + i) for i, s in enumerate(critic_shapes)]
-    homogeneous = len(set(run.agents) | set(run.critics)) == 1 and not shared
-    if job.lora_rank and homogeneous:  # one saved base, given by path, so every adapter shares it
+    if job.lora_rank and spec["homogeneous"]:  # one saved base, given by path, so every adapter shares it
         import tempfile
 
         folder = os.path.join(tempfile.mkdtemp(prefix="gpu-bench-"), "base")
@@ -221,7 +242,7 @@ def run_job(job: Job, scale: str, device: str, steps: int) -> Dict[str, Any]:
         tokenizers = tokenizers[0]
     build_s = time.perf_counter() - built
     vocab = min(s.vocab_size for s in agent_shapes)
-    prompt_tokens = run.prompt_tokens if scale == "full" else 16
+    prompt_tokens = spec["prompt_tokens"]
     transition = lambda agent_completions, **_: synthetic_prompts(len(agent_completions), prompt_tokens, vocab)  # noqa: E731
 
     def dataset(count):
@@ -247,8 +268,8 @@ def run_job(job: Job, scale: str, device: str, steps: int) -> Dict[str, Any]:
     wall = time.perf_counter() - start
     result: Dict[str, Any] = {
         "job": job.name, "library": job.library, "run": run.name, "precision": job.precision,
-        "gradient_checkpointing": job.gradient_checkpointing, "lora_rank": job.lora_rank, "scale": scale, "device": device,
-        "num_turns": run.settings["num_turns"], "published_num_turns": published_turns,
+        "gradient_checkpointing": job.gradient_checkpointing, "lora_rank": job.lora_rank, "device": device,
+        "num_turns": run.settings["num_turns"], "published_num_turns": spec["published_num_turns"],
         "steps": steps, "step_s": wall / steps, "build_s": build_s, "generation_tokens": meter.tokens,
         "generation_tokens_per_s": meter.tokens / meter.seconds if meter.seconds else None, "generate_calls": meter.calls,
         "generation_share": meter.seconds / wall if wall else None,
@@ -257,16 +278,16 @@ def run_job(job: Job, scale: str, device: str, steps: int) -> Dict[str, Any]:
         result["peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         result["peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
         result["gpu"] = torch.cuda.get_device_name()
-    if job.library == "comlrl" and scale == "full":
-        estimate = published_estimate(run, job.precision, job.gradient_checkpointing, job.lora_rank, device="cuda")
-        result["estimated_peak_gib"] = estimate.peak / 2**30
-    result["reported_gb"] = run.reported_gb
+    if "estimated_peak_gib" in spec:
+        result["estimated_peak_gib"] = spec["estimated_peak_gib"]
+    result["reported_gb"] = spec["reported_gb"]
     return result
 
 
 # ----------------------------------------------------------------------------- the driver
 def _child_command(job: Job, args: argparse.Namespace) -> List[str]:
-    return [sys.executable, os.path.abspath(__file__), "--child", job.name, "--scale", args.scale, "--device", args.device,
+    spec = dict(job_spec(job, args.scale), scale=args.scale)
+    return [sys.executable, os.path.abspath(__file__), "--child", job.name, "--spec", json.dumps(spec), "--device", args.device,
             "--steps", str(args.steps)]
 
 
@@ -323,6 +344,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     parser.add_argument("--comlrl143", default=None, help="directory where CoMLRL 1.4.3 is installed (run.sh makes it)")
     parser.add_argument("--list", action="store_true", help="print the jobs and exit")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--spec", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be >= 1")
@@ -337,7 +359,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     if args.child:
         job = next(j for j in JOBS if j.name == args.child)
-        print(json.dumps(run_job(job, args.scale, args.device, args.steps)))
+        spec = json.loads(args.spec)
+        print(json.dumps(dict(run_job(job, spec, args.device, args.steps), scale=spec["scale"])))
         return 0
     return drive(args)
 
