@@ -79,3 +79,18 @@ def test_one_toy_job_runs_end_to_end_on_the_cpu(bench, tmp_path):
                        "tldr-magrpo/bf16-mixed+gc+lora"]) == 0
     (result,) = json.loads(out.read_text())["results"]
     assert result["lora_rank"] == 16 and result["step_s"] > 0 and result["generation_tokens"] == 2 * 4 * 8
+
+
+@pytest.mark.slow
+def test_the_143_side_runs_from_the_carried_wheel(bench, tmp_path):
+    """The side-by-side row: CoMLRL 1.4.3 unpacked from bench/gpu/wheels (a pure-Python wheel is a zip)."""
+    import glob
+    import zipfile
+
+    (wheel,) = glob.glob(os.path.join(HERE, "wheels", "comlrl-1.4.3-*.whl"))
+    zipfile.ZipFile(wheel).extractall(tmp_path / "c143")
+    out = tmp_path / "report.json"
+    assert bench.main(["--scale", "tiny", "--device", "cpu", "--steps", "1", "--out", str(out), "--only", "tldr-magrpo/1.4.3",
+                       "--comlrl143", str(tmp_path / "c143")]) == 0
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["library"] == "1.4.3" and result["generation_tokens"] == 2 * 4 * 8
