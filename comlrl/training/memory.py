@@ -2,9 +2,8 @@
 
 ``estimate_memory(run)`` adds up, per device, what a comlrl step keeps alive at its two peaks:
 
-- resident: weights of every distinct model (agents, critics, frozen references, shared LoRA bases),
-  AdamW state of every trained tensor, and (unless parameters are updated inside backward) their
-  gradients;
+- resident: weights of every distinct model (agents, critics, frozen references, shared LoRA bases)
+  and AdamW state of every trained tensor;
 - rollout peak: one agent's generate call (KV cache of B*K rows over prompt + new tokens, the
   per-step logits and sampler temporaries, the prefill's largest layer transient, and under
   bf16-mixed autocast's bfloat16 copy of the agent's float32 weights) or, with reference KL, the
@@ -12,7 +11,9 @@
 - update peak: one micro-batch's forward/backward (the activations autograd saves in every decoder
   layer, or only each layer's input under gradient checkpointing plus one layer recomputed, the
   completion logits kept for the log-prob backward, the in-backward gradient of the largest
-  tensor, autocast's weight copies), for the actor or the critic step, whichever is larger.
+  tensor, or, without the in-backward step, every gradient of the model being updated (the step
+  frees them before the next model's update), autocast's weight copies), for the actor or the
+  critic step, whichever is larger.
 
 peak = resident + max(rollout peak, update peak).
 
@@ -237,9 +238,20 @@ def _resident(run: RunShape) -> Dict[str, int]:
         distinct = {e.source: e.shape.parameters for e in run.agents if not e.lora_rank}
         parts["references (frozen)"] = sum(distinct.values()) * (w if run.precision in ("bf16", "fp16") else frozen)
     parts["optimizer state"] = int(trainable * _optimizer_bytes(run))
-    if not run.optimizer_in_backward:
-        parts["gradients"] = trainable * w
     return parts
+
+
+def _gradient_bytes(run: RunShape, entity: Entity) -> int:
+    """Gradients alive during one model's update: every trained tensor's after backward (they are
+    freed by the step that follows, so only the model being updated holds them), or inside
+    backward the largest tensor's at a time."""
+    shape = entity.shape
+    if entity.lora_rank:
+        trained, largest = shape.lora_parameters(entity.lora_rank, entity.lora_targets), 0
+    else:
+        trained, largest = shape.parameters, shape.largest_tensor
+    element = 4 if entity.lora_rank else _weight_bytes(run.precision)
+    return element * (largest if run.optimizer_in_backward else trained)
 
 
 def _autocast_copy(run: RunShape, entity: Entity) -> int:
@@ -284,14 +296,13 @@ def _update(run: RunShape) -> Dict[str, int]:
     rows = run.micro_batch_rows or run.rows_per_update
     tokens = run.prompt_tokens + run.max_new_tokens
     best: Dict[str, int] = {}
-    w = _weight_bytes(run.precision)
     for entity in run.agents:
         s = entity.shape
         parts = {
             "actor activations": _saved_activations(run, s, rows, tokens),
             "completion logits": rows * run.max_new_tokens * s.vocab_size * element + LOGPROB_CHUNK_BYTES,
             "autocast weight copy (update)": _autocast_copy(run, entity),
-            "in-backward gradient": (4 if entity.lora_rank else w) * (s.largest_tensor if not entity.lora_rank else 0),
+            "gradients": _gradient_bytes(run, entity),
         }
         if sum(parts.values()) > sum(best.values()):
             best = parts
@@ -301,7 +312,7 @@ def _update(run: RunShape) -> Dict[str, int]:
         parts = {
             "critic activations": _saved_activations(run, s, rows, length),
             "autocast weight copy (update)": _autocast_copy(run, entity),
-            "in-backward gradient": w * (s.largest_tensor if not entity.lora_rank else 0),
+            "gradients": _gradient_bytes(run, entity),
         }
         if sum(parts.values()) > sum(best.values()):
             best = parts
