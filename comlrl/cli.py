@@ -1,4 +1,4 @@
-"""The ``comlrl`` command line: ``comlrl train``, ``comlrl configs``, ``comlrl demo`` and ``comlrl plot``.
+"""The ``comlrl`` command line: ``comlrl train``, ``comlrl configs``, ``comlrl demo``, ``comlrl plot`` and ``comlrl estimate``.
 
 Each subcommand is one ``add_*_parser`` function plus one ``run_*`` function, registered in
 ``COMMANDS`` (``train`` and ``configs`` live in ``comlrl.train_cli``).
@@ -110,6 +110,83 @@ def run_configs(args: argparse.Namespace) -> int:
     from comlrl.train_cli import run_configs as run
 
     return run(args)
+def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "estimate",
+        help="predict a run's peak GPU memory from model configs (nothing is loaded)",
+        description="Predict the peak memory per device of a training run from the models' config.json alone: weights, "
+        "gradients, AdamW state, activations (with or without gradient checkpointing), the KV cache of generation, "
+        "logits, critics and references. The flags are the trainer's arguments. --published prints the table of "
+        "CoMLRL's published configurations (docs/gpu.md).",
+    )
+    parser.add_argument("--published", action="store_true", help="the published configurations' table, then exit")
+    parser.add_argument("--algorithm", choices=["magrpo", "iac", "maac"], default="magrpo")
+    parser.add_argument("--model", action="append", default=[], metavar="MODEL",
+                        help="agent model id, directory or published name (qwen3-1.7b, ...); once for all agents or once per agent")
+    parser.add_argument("--num-agents", type=int, default=None, help="default: the number of --model values, or 2")
+    parser.add_argument("--critic-model", action="append", default=[], metavar="MODEL",
+                        help="critic model (IAC with separate critics: once for all or once per agent; MAAC: once)")
+    parser.add_argument("--value-heads", action="store_true", help="IAC with value heads on the actors (use_separate_critic=False)")
+    parser.add_argument("--prompt-tokens", type=int, default=256, help="longest prompt in tokens (default: %(default)s)")
+    parser.add_argument("--lora-rank", type=int, default=0, help="LoRA rank of every model (0: full fine-tuning)")
+    parser.add_argument("--lora-targets", default="all-linear", help="comma-separated module names (default: %(default)s)")
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a trainer-config field, e.g. --set num_generations=4 --set precision=bf16-mixed "
+                        "--set gradient_checkpointing=true (YAML values)")
+    return parser
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    import yaml
+
+    from comlrl.training.memory import estimate_from_config
+    from comlrl.training.published import published_table
+
+    if args.published:
+        print(published_table())
+        return 0
+    if not args.model:
+        raise ValueError("give --model (an id, a directory or a published name such as qwen3-1.7b), or --published.")
+    fields = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: use FIELD=VALUE, e.g. --set num_generations=4.")
+        fields[key.strip()] = yaml.safe_load(value)
+    count = args.num_agents or (len(args.model) if len(args.model) > 1 else 2)
+    agents = args.model * count if len(args.model) == 1 else args.model
+    if len(agents) != count:
+        raise ValueError(f"{len(args.model)} --model values for {count} agents; give one, or one per agent.")
+    config_cls, critics, arrangement = _estimate_config(args, count)
+    config = config_cls.from_dict({"num_agents": count, "num_turns": 1, **arrangement, **fields}, section="--set")
+    estimate = estimate_from_config(
+        args.algorithm, agents, config, critics=critics, prompt_tokens=args.prompt_tokens, lora_rank=args.lora_rank,
+        lora_targets=[t.strip() for t in args.lora_targets.split(",")], device=args.device,
+    )
+    print(estimate.table())
+    return 0
+
+
+def _estimate_config(args: argparse.Namespace, count: int):
+    """The trainer's config class, the critic sources and the config fields of the arrangement."""
+    from comlrl.trainers.actor_critic import IACConfig, MAACConfig
+    from comlrl.trainers.reinforce import MAGRPOConfig
+
+    if args.algorithm == "magrpo":
+        if args.critic_model:
+            raise ValueError("MAGRPO has no critic; drop --critic-model.")
+        return MAGRPOConfig, [], {}
+    if args.algorithm == "iac" and args.value_heads:
+        if args.critic_model:
+            raise ValueError("--value-heads puts the critics on the actors; drop --critic-model.")
+        return IACConfig, [], {"use_separate_critic": False}
+    wanted = 1 if args.algorithm == "maac" else count
+    critics = args.critic_model or args.model[:1]
+    critics = critics * wanted if len(critics) == 1 else critics
+    if len(critics) != wanted:
+        raise ValueError(f"{len(critics)} --critic-model values; {args.algorithm.upper()} needs 1 or {wanted}.")
+    return (MAACConfig if args.algorithm == "maac" else IACConfig), critics, {}
 
 
 # name -> (add the subparser, run it)
@@ -118,6 +195,7 @@ COMMANDS: Dict[str, Tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "configs": (add_configs_parser, run_configs),
     "demo": (add_demo_parser, run_demo),
     "plot": (add_plot_parser, run_plot),
+    "estimate": (add_estimate_parser, run_estimate),
 }
 
 

@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.models.loading import load_models, own_cpu_parameters, resolve_model_kwargs
+from comlrl.models.loading import LoadOptions, load_models, own_cpu_parameters, resolve_model_kwargs
+from comlrl.models.lora import LoraBases, save_backbone
 from comlrl.models.sources import check_sources_exist, describe_source, resolve_model_sources
 from comlrl.models.value_head import VALUE_HEAD_FILE, CausalLMWithValueHead
 
@@ -61,8 +62,12 @@ def load_critics(
     model_config: Mapping[str, Any],
     devices: Sequence[torch.device],
     hidden_dim: Optional[int],
+    options: LoadOptions = LoadOptions(),
+    peft_configs: Optional[Sequence[Any]] = None,
+    lora: Optional[LoraBases] = None,
 ) -> List[CausalLMWithValueHead]:
-    """One critic per slot; slots that share a model object share one wrapper."""
+    """One critic per slot; slots that share a model object share one wrapper. Slots with a peft
+    config get an adapter over a base shared through ``lora`` (and a fully trained value head)."""
     check_sources_exist(plan.sources, "critics")
     first_device: Dict[int, torch.device] = {}
     for source, device in zip(plan.sources, devices):
@@ -73,7 +78,9 @@ def load_critics(
                 f"to load one copy per device."
             )
     kwargs = resolve_model_kwargs(model_config, model_config.get("critic_model_kwargs"))
-    models = load_models(plan.sources, kind="critics", model_kwargs=kwargs, devices=devices)
+    models = load_models(
+        plan.sources, kind="critics", model_kwargs=kwargs, devices=devices, options=options, peft_configs=peft_configs, lora=lora
+    )
     wrapped: Dict[int, CausalLMWithValueHead] = {}
     critics = []
     for source, model in zip(plan.sources, models):
@@ -106,13 +113,15 @@ def value_model_writer(
     tokenizer: Any = None,
     extra: Optional[Callable[[str], None]] = None,
     backbone_state: Optional[dict] = None,
+    merge: bool = False,
 ) -> Callable[[str], None]:
-    """``write(dir)``: the backbone (``save_pretrained``, with ``backbone_state`` in place of its own
-    when given: the full weights of a sharded backbone), ``value_head.pt`` when a head exists, the
-    tokenizer if given, then ``extra(dir)``. Pass it to ``write_dir_atomically`` / ``write_into_dir``."""
+    """``write(dir)``: the backbone (``save_pretrained``; a LoRA backbone writes its adapter, or the
+    merged model with ``merge``; ``backbone_state`` in place of its own weights when given: the full
+    weights of a sharded backbone), ``value_head.pt`` when a head exists, the tokenizer if given, then
+    ``extra(dir)``. Pass it to ``write_dir_atomically`` / ``write_into_dir``."""
 
     def write(directory: str) -> None:
-        model.model.save_pretrained(directory, **({"state_dict": backbone_state} if backbone_state is not None else {}))
+        save_backbone(model.model, directory, merge, state_dict=backbone_state)
         if tokenizer is not None and hasattr(tokenizer, "save_pretrained"):
             tokenizer.save_pretrained(directory)
         if model.value_head is not None:

@@ -12,7 +12,8 @@ from typing import Any, List, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.models.loading import load_models, own_cpu_parameters, resize_for_tokenizer, resolve_model_kwargs
+from comlrl.models.loading import LoadOptions, load_models, own_cpu_parameters, resize_for_tokenizer, resolve_model_kwargs
+from comlrl.models.lora import LoraBases
 from comlrl.models.sources import check_sources_exist, resolve_model_sources
 from comlrl.models.tokenizers import (
     add_special_tokens,
@@ -92,10 +93,13 @@ def check_plan_sources(plan: AgentPlan) -> None:
     check_sources_exist(plan.tokenizer_plan, "tokenizer")
 
 
-def load_agents(plan: AgentPlan, model_config: Mapping[str, Any], devices: Sequence[torch.device]) -> tuple[List[nn.Module], List[Any]]:
+def load_agents(
+    plan: AgentPlan, model_config: Mapping[str, Any], devices: Sequence[torch.device], options: LoadOptions = LoadOptions(),
+    peft_configs: Optional[Sequence[Any]] = None, lora: Optional[LoraBases] = None,
+) -> tuple[List[nn.Module], List[Any]]:
     """Load (or adopt) the planned agents and tokenizers; check every tokenizer fits its model.
-
-    Local paths that do not exist are named before anything loads."""
+    Agents with a peft config become adapters over bases shared through ``lora``. Local paths that
+    do not exist are named before anything loads."""
     check_plan_sources(plan)
     tokenizers = load_tokenizers(plan.tokenizer_plan)
     special = model_config.get("special_tokens")
@@ -103,7 +107,9 @@ def load_agents(plan: AgentPlan, model_config: Mapping[str, Any], devices: Seque
         add_special_tokens(tok, special)
         pad_token_id(tok)  # raises early for a tokenizer with neither pad nor eos
     kwargs = resolve_model_kwargs(model_config, model_config.get("model_kwargs"))
-    models = load_models(plan.sources, kind="agents", model_kwargs=kwargs, devices=devices)
+    models = load_models(
+        plan.sources, kind="agents", model_kwargs=kwargs, devices=devices, options=options, peft_configs=peft_configs, lora=lora
+    )
     for index, (model, tok) in enumerate(zip(models, tokenizers)):
         if special:
             resize_for_tokenizer(model, tok, f"agents[{index}]")

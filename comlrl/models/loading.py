@@ -6,11 +6,15 @@ import copy
 import functools
 import inspect
 import warnings
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
+from comlrl.models.checkpointing import enable_gradient_checkpointing
+from comlrl.models.lora import LoraBases, is_adapter_dir
+from comlrl.models.precision import Precision, check_object_dtype
 from comlrl.models.sources import check_source_exists, describe_source
 
 MODEL_CONFIG_KEYS = frozenset(
@@ -129,34 +133,84 @@ def load_causal_lm(name: str, kwargs: Mapping[str, Any], label: str) -> nn.Modul
         ) from exc
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """How trainable models are loaded: ``precision`` (None: float32 unless ``model_config`` names a
+    dtype), whether it was asked for explicitly (then model objects must already match it), and
+    gradient checkpointing."""
+
+    precision: Optional[Precision] = None
+    explicit_precision: bool = False
+    gradient_checkpointing: bool = False
+
+    def model_kwargs(self, kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+        """``from_pretrained`` kwargs with the precision's weight dtype unless a dtype is already named."""
+        kwargs = dict(kwargs)
+        if self.precision is not None and kwargs.get("dtype") is None and kwargs.get("torch_dtype") is None:
+            kwargs["dtype"] = self.precision.weights
+        return kwargs
+
+    def prepare(self, model: nn.Module, label: str) -> None:
+        """Checks and switches applied to every loaded or adopted trainable model."""
+        if self.precision is not None:
+            check_object_dtype(model, self.precision, label, self.explicit_precision)
+        warn_low_precision(model, label)
+        if self.gradient_checkpointing:
+            enable_gradient_checkpointing(model, label)
+
+    def prepare_frozen_base(self, model: nn.Module, label: str) -> None:
+        """A LoRA base is frozen: any dtype will do, only checkpointing applies."""
+        if self.gradient_checkpointing:
+            enable_gradient_checkpointing(model, label)
+
+
 def load_models(
     sources: Sequence[Any],
     *,
     kind: str,
     model_kwargs: Mapping[str, Any],
     devices: Sequence[torch.device],
+    options: LoadOptions = LoadOptions(),
+    peft_configs: Optional[Sequence[Any]] = None,
+    lora: Optional[LoraBases] = None,
 ) -> List[nn.Module]:
     """One model per source, each with its own parameters, placed on its device.
 
     A string is loaded once; further entries naming the same string get deep copies (independent
-    parameters, no second read from disk). Model objects are used as given.
+    parameters, no second read from disk). Model objects are used as given. Entries with a peft
+    config (or that are saved adapter directories) become adapters over a frozen base that ``lora``
+    shares between every entry of the same base and device.
     """
+    kwargs = options.model_kwargs(model_kwargs)
+    adapters: Dict[int, nn.Module] = {}
+    if peft_configs is not None and any(c is not None for c in peft_configs) or any(is_adapter_dir(s) for s in sources):
+        frozen_kwargs = dict(kwargs)
+        if options.precision is not None and isinstance(options.precision.frozen, torch.dtype):
+            frozen_kwargs["dtype"] = options.precision.frozen if model_kwargs.get("dtype") is None else model_kwargs["dtype"]
+        adapters = (lora or LoraBases()).attach(
+            sources, peft_configs or [None] * len(sources), devices, prefix=kind.rstrip("s"),
+            load=lambda name: load_causal_lm(name, frozen_kwargs, f"the LoRA base of {kind} ({name})"),
+            prepare=options.prepare_frozen_base,
+        )
     loaded: Dict[str, nn.Module] = {}
     models: List[nn.Module] = []
-    for index, (source, device) in enumerate(zip(sources, devices)):
-        if isinstance(source, str):
+    for index, source in enumerate(sources):
+        if index in adapters:
+            model = adapters[index]
+        elif isinstance(source, str):
             if source in loaded:
                 model = copy.deepcopy(loaded[source])
             else:
-                model = load_causal_lm(source, model_kwargs, f"{kind}[{index}]")
+                model = load_causal_lm(source, kwargs, f"{kind}[{index}]")
                 loaded[source] = model
         else:
             model = source
         models.append(model)
     for index, model in enumerate(models):
-        warn_low_precision(model, f"{kind}[{index}]")
+        if index not in adapters:
+            options.prepare(model, f"{kind}[{index}]")
     # Move only after every copy is made, so copies never hold a second device's memory.
-    return [model.to(device) for model, device in zip(models, devices)]
+    return [model if index in adapters else model.to(device) for index, (model, device) in enumerate(zip(models, devices))]
 
 
 def warn_low_precision(model: nn.Module, label: str) -> None:
@@ -182,6 +236,12 @@ def forward_parameters(module_type: type) -> frozenset:
         return frozenset()
 
 
+def model_forward_parameters(model: nn.Module) -> frozenset:
+    """Names ``model``'s forward accepts; a view over a shared model answers for the model it runs."""
+    source = getattr(model, "signature_source", None)
+    return forward_parameters(type(source if isinstance(source, nn.Module) else model))
+
+
 def own_cpu_parameters(model: nn.Module) -> None:
     """Give every CPU parameter its own anonymous memory.
 
@@ -203,15 +263,17 @@ def freeze_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def frozen_copy(model: nn.Module, device: torch.device) -> nn.Module:
-    """An independent frozen copy of ``model`` on ``device``."""
-    return freeze_model(copy.deepcopy(model)).to(device)
+def frozen_copy(model: nn.Module, device: torch.device, dtype: Optional[torch.dtype] = None) -> nn.Module:
+    """An independent frozen copy of ``model`` on ``device`` (cast to ``dtype`` when given)."""
+    copy_ = freeze_model(copy.deepcopy(model))
+    return copy_.to(device=device, dtype=dtype) if isinstance(dtype, torch.dtype) else copy_.to(device)
 
 
 def model_device(model: nn.Module) -> torch.device:
     for parameter in model.parameters():
         return parameter.device
-    return torch.device("cpu")
+    device = getattr(model, "device", None)  # a view over a shared model owns no parameters itself
+    return device if isinstance(device, torch.device) else torch.device("cpu")
 
 
 def resize_for_tokenizer(model: nn.Module, tokenizer: Any, label: str) -> None:

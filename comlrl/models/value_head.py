@@ -20,7 +20,7 @@ from typing import Any, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from comlrl.models.loading import forward_parameters
+from comlrl.models.loading import forward_parameters, model_forward_parameters
 
 VALUE_HEAD_FILE = "value_head.pt"
 
@@ -168,7 +168,7 @@ class CausalLMWithValueHead(nn.Module):
         """
         with_values = output_values and self.value_head is not None
         inputs = dict(kwargs, input_ids=input_ids, attention_mask=attention_mask, use_cache=bool(use_cache))
-        accepted = forward_parameters(type(self.model))
+        accepted = model_forward_parameters(self.model)
         if position_ids is not None:
             inputs["position_ids"] = position_ids
         if past_key_values is not None:
@@ -179,7 +179,7 @@ class CausalLMWithValueHead(nn.Module):
             inputs["output_hidden_states"] = True
         outputs = self.model(**inputs)
         hidden_states = getattr(outputs, "hidden_states", None)
-        values = self.value_head(hidden_states[-1].float()).squeeze(-1) if with_values else None
+        values = self.head_values(hidden_states[-1]) if with_values else None
         return ActorCriticOutput(
             logits=outputs.logits,
             values=values,
@@ -201,7 +201,7 @@ class CausalLMWithValueHead(nn.Module):
         inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True, "use_cache": False}
         if position_ids is not None:
             inputs["position_ids"] = position_ids
-        if "logits_to_keep" in forward_parameters(type(self.model)):
+        if "logits_to_keep" in model_forward_parameters(self.model):
             inputs["logits_to_keep"] = 1
         return self.model(**inputs).hidden_states[-1]
 
@@ -210,4 +210,14 @@ class CausalLMWithValueHead(nn.Module):
         if self.value_head is None:
             raise ValueError("this model has no value head; attach one with attach_value_head(...).")
         hidden = self.final_hidden_states(input_ids, attention_mask, position_ids)
-        return self.value_head(hidden[:, -1, :].float()).squeeze(-1)
+        return self.head_values(hidden[:, -1, :])
+
+    def head_values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[..., H] -> [...]`` values of the head in float32 (outside any mixed-precision autocast)."""
+        return head_values(self.value_head, hidden)
+
+
+def head_values(head: ValueHead, hidden: torch.Tensor) -> torch.Tensor:
+    """``head(hidden)`` in float32 whatever the backbone's dtype or an enclosing autocast."""
+    with torch.autocast(device_type=hidden.device.type, enabled=False):
+        return head(hidden.float()).squeeze(-1)

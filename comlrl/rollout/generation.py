@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
+from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional, Protocol, Sequence
 
 import torch
 import torch.nn as nn
@@ -104,6 +104,45 @@ def neutral_generation_config(model: nn.Module) -> Iterator[None]:
         model.generation_config = original
 
 
+def encode_prompts(tokenizer: Any, bos: Optional[tuple], prompts: Sequence[str]) -> List[torch.Tensor]:
+    """Token ids of each prompt, with the tokenizer's special tokens, and exactly one BOS when the
+    text already starts with it (a chat template that writes ``{{ bos_token }}``)."""
+    with tokenizer_lock(tokenizer):
+        encoded = tokenizer(list(prompts))
+    ids = encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded.input_ids
+    out = []
+    for index, (text, row) in enumerate(zip(prompts, ids)):
+        row = list(row)
+        if bos is not None:
+            bos_text, bos_id = bos
+            if len(row) >= 2 and row[0] == bos_id and row[1] == bos_id and text.startswith(bos_text):
+                row = row[1:]  # the template's BOS and the tokenizer's: keep one
+        if not row:
+            raise ValueError(f"prompt {index} encodes to no tokens; prompts must not be empty.")
+        out.append(torch.tensor(row, dtype=torch.long))
+    return out
+
+
+def finish_completions(
+    tokenizer: Any, prompt_ids: List[torch.Tensor], new_tokens: torch.Tensor, eos_ids: Sequence[int], num_samples: int,
+    logprob_table: Optional[torch.Tensor], row_lengths: Optional[Sequence[int]] = None,
+) -> Completions:
+    """``Completions`` from ``[R, W]`` generated ids (cut after each row's first EOS, and at
+    ``row_lengths`` when rows are padded) and optional ``[R, W]`` sampling log-probs."""
+    lengths = completion_lengths(new_tokens, eos_ids)
+    if row_lengths is not None:
+        lengths = torch.minimum(lengths, torch.tensor(list(row_lengths), dtype=torch.long))
+    tokens = [new_tokens[row, : int(lengths[row])].clone() for row in range(new_tokens.shape[0])]
+    with tokenizer_lock(tokenizer):
+        texts = tokenizer.batch_decode(
+            [(t[:-1] if len(t) and int(t[-1]) in eos_ids else t).tolist() for t in tokens], skip_special_tokens=True
+        )
+    logprobs = None
+    if logprob_table is not None:
+        logprobs = [logprob_table[row, : int(lengths[row])].clone() for row in range(len(tokens))]
+    return Completions(prompt_ids=prompt_ids, tokens=tokens, texts=list(texts), num_samples=num_samples, logprobs=logprobs)
+
+
 class HFGenerator:
     """Sampling with ``model.generate`` over a left-padded batch (KV cache, no Python loop over tokens).
 
@@ -113,32 +152,19 @@ class HFGenerator:
     distribution with one random stream per row and records its sampling log-probability.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Any, device: torch.device):
+    def __init__(self, model: nn.Module, tokenizer: Any, device: torch.device, autocast: Optional[Callable[[], ContextManager]] = None):
         self.model = model.model if isinstance(model, CausalLMWithValueHead) else model  # generate is the backbone's
         self.tokenizer = tokenizer
         self.device = device
+        # the compute-dtype context (mixed precision: bfloat16 autocast, whose weight-cast cache holds one
+        # bfloat16 copy of the weights for the duration of the call)
+        self.autocast = autocast or contextlib.nullcontext
         self.pad_id = pad_token_id(tokenizer)
         self.eos_ids = eos_token_ids(tokenizer, self.model)
         self.bos = bos_token(tokenizer)
-        self._lock = tokenizer_lock(tokenizer)
 
     def encode(self, prompts: Sequence[str]) -> List[torch.Tensor]:
-        """Token ids of each prompt, with the tokenizer's special tokens, and exactly one BOS when the
-        text already starts with it (a chat template that writes ``{{ bos_token }}``)."""
-        with self._lock:
-            encoded = self.tokenizer(list(prompts))
-        ids = encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded.input_ids
-        out = []
-        for index, (text, row) in enumerate(zip(prompts, ids)):
-            row = list(row)
-            if self.bos is not None:
-                bos_text, bos_id = self.bos
-                if len(row) >= 2 and row[0] == bos_id and row[1] == bos_id and text.startswith(bos_text):
-                    row = row[1:]  # the template's BOS and the tokenizer's: keep one
-            if not row:
-                raise ValueError(f"prompt {index} encodes to no tokens; prompts must not be empty.")
-            out.append(torch.tensor(row, dtype=torch.long))
-        return out
+        return encode_prompts(self.tokenizer, self.bos, prompts)
 
     def _generation_config(self, sampling: SamplingParams):
         from transformers import GenerationConfig
@@ -173,7 +199,7 @@ class HFGenerator:
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode(), neutral_generation_config(self.model):
+            with torch.inference_mode(), neutral_generation_config(self.model), self.autocast():
                 sequences = self.model.generate(
                     input_ids=input_ids.to(self.device),
                     attention_mask=attention_mask.to(self.device),
@@ -189,14 +215,5 @@ class HFGenerator:
         new_tokens = sequences[:, input_ids.shape[1] :].cpu().clone()  # out of inference mode
         if new_tokens.shape[1] == 0:
             raise RuntimeError("generate() returned no new tokens; check max_new_tokens.")
-        lengths = completion_lengths(new_tokens, self.eos_ids)
-        tokens = [new_tokens[row, : int(lengths[row])].clone() for row in range(new_tokens.shape[0])]
-        with self._lock:
-            texts = self.tokenizer.batch_decode(
-                [(t[:-1] if int(t[-1]) in self.eos_ids else t).tolist() for t in tokens], skip_special_tokens=True
-            )
-        logprobs = None
-        if sampler is not None:
-            table = sampler.logprobs()
-            logprobs = [table[row, : int(lengths[row])].clone() for row in range(len(tokens))]
-        return Completions(prompt_ids=prompt_ids, tokens=tokens, texts=list(texts), num_samples=num_samples, logprobs=logprobs)
+        table = sampler.logprobs() if sampler is not None else None
+        return finish_completions(self.tokenizer, prompt_ids, new_tokens, self.eos_ids, num_samples, table)

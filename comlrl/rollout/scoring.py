@@ -17,12 +17,12 @@ import torch
 import torch.nn as nn
 
 from comlrl.core.logprobs import row_chunk, selected_logprobs
-from comlrl.models.loading import forward_parameters
+from comlrl.models.loading import model_forward_parameters
 from comlrl.rollout.batch import SequenceBatch
 
 
 def _accepts(model: nn.Module, name: str) -> bool:
-    return name in forward_parameters(type(model))
+    return name in model_forward_parameters(model)
 
 
 @dataclass

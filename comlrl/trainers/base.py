@@ -15,6 +15,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.nn as nn
 
+from comlrl.models.loading import LoadOptions
+from comlrl.models.lora import BaseReference, LoraBases, describe_mismatch, export_view
+from comlrl.models.precision import Precision, resolve_precision
 from comlrl.models.saving import check_target_free, save_pretrained_dir
 from comlrl.rollout.generation import RESERVED_GENERATION_KEYS, SamplingParams
 from comlrl.rollout.sampling import draw_seeds
@@ -23,6 +26,7 @@ from comlrl.training.checkpoint import CheckpointSchedule, TrainingCheckpointMix
 from comlrl.training.checkpoint_files import CheckpointError
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
 from comlrl.trainers.policy import PolicyAgent, build_references
+from comlrl.trainers.backends import install_generation_backends, require_optional_packages
 from comlrl.training.devices import resolve_devices
 from comlrl.training.distributed import DataParallel
 from comlrl.training.fsdp import Sharding, full_model_state, gather_states, is_sharded, is_sharded_tensor
@@ -104,6 +108,8 @@ class TrainerBase(TrainingCheckpointMixin):
     algorithm_name = "base"
     default_config_cls: Any = None
     _sharding: Optional[Sharding] = None  # fsdp=True under torchrun
+    _lora: Optional[LoraBases] = None  # the shared frozen bases of LoRA-trained models (``_load_options``)
+    precision: Optional[Precision] = None
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -218,17 +224,36 @@ class TrainerBase(TrainingCheckpointMixin):
         sharding = self._sharding
         if sharding is not None:  # shards and references start from rank 0's weights
             self._dist.broadcast_parameters(trainable)
-        self.reference_models = build_references(models, sources, reference_devices) if a.reference_kl_enabled else []
+        # a trainer that loads its models without _load_options trains as before: float32, no autocast
+        precision = self.precision or Precision("fp32", torch.float32)
+        frozen = precision.frozen if precision.frozen != precision.weights and isinstance(precision.frozen, torch.dtype) else None
+        self.reference_models = build_references(models, sources, reference_devices, frozen) if a.reference_kl_enabled else []
         if sharding is not None:
             models = [sharding.shard(model) for model in models]
         self.policies = [
-            PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
+            PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None, precision)
             for i, (model, tok, device) in enumerate(zip(models, self.tokenizers, self.agent_devices))
         ]
         for policy, module in zip(self.policies, trainable):
             policy.optimizer = self._make_optimizer(module.parameters(), a.agent_learning_rate)
             if sharding is not None:
                 policy.generator = sharding.generation(policy.generator, policy.model)
+        install_generation_backends(self.policies, a)
+
+    def _saved_references(self) -> List[Optional[nn.Module]]:
+        """References a checkpoint writes: a LoRA agent's reference is its frozen base, not saved."""
+        return [None if isinstance(m, BaseReference) else m for m in self.reference_models]
+
+    def _load_options(self, model_config: Mapping[str, Any]) -> LoadOptions:
+        """Resolve the GPU-path settings before anything loads: the precision (stored back into the
+        config as the value used), the optional packages they need, and how models are loaded."""
+        a = self.args
+        explicit = a.precision is not None
+        self.precision = resolve_precision(a.precision, model_config, self.agent_devices)
+        a.precision = self.precision.name
+        require_optional_packages(a)
+        self._lora = LoraBases()
+        return LoadOptions(self.precision, explicit, a.gradient_checkpointing)
 
     def _store_task(self, *, train_dataset: Any, eval_dataset: Any, reward_func: Any, reward_processor: Any, external_transition: Any) -> None:
         self.train_dataset = train_dataset
@@ -247,7 +272,7 @@ class TrainerBase(TrainingCheckpointMixin):
         dist = getattr(self, "_dist", None)
         return AgentOptimizer(
             parameters, lr=lr, betas=a.adam_betas, eps=a.adam_epsilon, weight_decay=a.weight_decay,
-            fused=a.optimizer_fused, max_grad_norm=a.max_grad_norm, in_backward=in_backward,
+            fused=a.optimizer_fused, max_grad_norm=a.max_grad_norm, in_backward=in_backward, kind=a.optimizer,
             grad_sync=dist.average_ if dist is not None and dist.enabled else None,
         )
 
@@ -447,7 +472,9 @@ class TrainerBase(TrainingCheckpointMixin):
         """What every trainer's checkpoint holds; subclasses add their models, optimizers, buffers
         and callbacks (``super()._checkpoint_components().add_models(...)...``)."""
         components = CheckpointComponents()
-        components.add_models("agents", self.agents)
+        components.add_models("agents", self.agents)  # a LoRA agent's tensors are its adapter's
+        if self._lora is not None and self._lora.bases:
+            components.add_state("lora_bases", self._lora, check=self._check_lora_bases)
         components.add_state("policy_versions", PolicyVersions(self.policies), check=PolicyVersions.check)
         if self._dist.enabled:  # every process's own buffers and random state (rank 0 writes them all)
             components.add_state("data_parallel_ranks", RankStates(self), records=self._rank_records())
@@ -487,6 +514,10 @@ class TrainerBase(TrainingCheckpointMixin):
     def _checkpoint_own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
         restored = getattr(self, "_restored_rank_state", None)
         return restored["rng"] if restored is not None else rng
+    def _check_lora_bases(self, state: Any) -> None:
+        problem = describe_mismatch(state, self._lora.state_dict())
+        if problem:
+            raise CheckpointError(f"{problem}: adapters resume only on the frozen bases they were trained on.")
 
     def _checkpoint_identity(self) -> Dict[str, Any]:
         identity = self._checkpoint_base_identity()
@@ -639,14 +670,16 @@ class TrainerBase(TrainingCheckpointMixin):
     def _agent_export_dirs(self, output_dir: str) -> List[str]:
         return [os.path.join(output_dir, f"agent_{i}") for i in range(len(self.agents))]
 
-    def save_model(self, output_dir: str, overwrite: bool = False) -> None:
+    def save_model(self, output_dir: str, overwrite: bool = False, merge_adapters: bool = False) -> None:
         """Write ``output_dir/agent_i/`` (weights, config, tokenizer) for every agent.
 
         Each folder loads back with ``AutoModelForCausalLM`` / ``AutoTokenizer`` and can be given to a
-        new trainer as ``agents=[".../agent_0", ...]``. Existing non-empty folders are refused unless
-        ``overwrite=True``. A W&B run stays open.
+        new trainer as ``agents=[".../agent_0", ...]``. A LoRA-trained agent's folder holds its
+        adapter in peft's layout (``PeftModel.from_pretrained(base, folder)``; given back as an agent
+        it continues training), or with ``merge_adapters=True`` the merged full model. Existing
+        non-empty folders are refused unless ``overwrite=True``. A W&B run stays open.
         """
-        models = [self._export_model(model) for model in self.agents]
+        models = [export_view(self._export_model(model), merge_adapters) for model in self.agents]
         states = [full_model_state(model) if is_sharded(model) else None for model in models]  # collective
         if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
             targets = self._agent_export_dirs(output_dir)

@@ -13,8 +13,12 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
+from comlrl.models.precision import normalize_precision
 from comlrl.trainers.field_docs import document_class
 from comlrl.training.devices import normalize_parallel_training as parallel_mode
+
+OPTIMIZERS = ("adamw", "adamw_8bit")
+GENERATION_BACKENDS = ("hf", "vllm")
 
 
 class ConfigFieldError(TypeError, ValueError):
@@ -191,6 +195,27 @@ class CommonTrainingFields(ConfigBase):
     verbose: Optional[bool] = None
     """Console output and progress bars (None: from ``wandb_config.config_sections.output.verbose``,
     default True)."""
+    # --- GPU path: precision, memory, rollout engine (docs/gpu.md)
+    precision: Optional[str] = None
+    """Numeric precision: "fp32" (float32 everything), "bf16-mixed" (float32 master weights and AdamW
+    state, bfloat16 compute under autocast; frozen references and LoRA bases stored in bfloat16),
+    "bf16" or "fp16" (pure half precision: weights and optimizer state in it, CoMLRL 1.4.3's memory;
+    small updates round away, warned about). None: bf16-mixed when every agent is on a CUDA device
+    with bfloat16 support, else fp32; a half dtype in ``model_config`` then means pure half precision.
+    An explicit value and a ``model_config`` dtype must agree. Resolved at construction (the config
+    then holds the value used)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations during backward instead of keeping them (agents and
+    critics): less activation memory, about one extra forward of time, the same gradients."""
+    optimizer: str = "adamw"
+    """"adamw" (torch's AdamW) or "adamw_8bit" (bitsandbytes' 8-bit AdamW: optimizer state in 2
+    bytes per parameter instead of 8; needs ``pip install comlrl[bnb]`` and CUDA parameters)."""
+    generation_backend: str = "hf"
+    """Rollout engine: "hf" (transformers ``generate``) or "vllm" (a colocated vLLM engine per agent on
+    the training GPU, weights synced after every update; needs ``pip install comlrl[vllm]``)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """Fraction of the GPU each vLLM engine may reserve (weights + KV cache) with
+    ``generation_backend="vllm"``; engines sleep (release it) while the trainer updates."""
     fsdp: bool = False
     """Under torchrun, shard every agent's language model over the processes with FSDP2 (each
     decoder layer, then the rest): each rank holds 1/N of its parameters, gradients and AdamW state,
@@ -227,12 +252,20 @@ class CommonTrainingFields(ConfigBase):
             raise ValueError(f"overwrite_output_dir must be True or False. Got {self.overwrite_output_dir!r}.")
         if self.tensorboard and not self.output_dir:
             raise ValueError("tensorboard=True writes under output_dir; set output_dir as well.")
+        self.precision = normalize_precision(self.precision)
+        if not isinstance(self.gradient_checkpointing, bool):
+            raise ValueError(f"gradient_checkpointing must be True or False. Got {self.gradient_checkpointing!r}.")
+        require_choice(self, "optimizer", OPTIMIZERS, {"adamw8bit": "adamw_8bit", "adamw-8bit": "adamw_8bit"})
+        require_choice(self, "generation_backend", GENERATION_BACKENDS)
+        require_in_range(self, "vllm_gpu_memory_utilization", 0.0, 1.0, low_open=True)
 
 
 # Fields of every RL config that may differ between a checkpoint and the run that resumes it.
+# precision and gradient_checkpointing may change because every stored tensor is checked against the
+# trainer's (a change of weight dtype is refused there, naming the tensor); checkpointing changes no value.
 RESUMABLE_RUN_FIELDS = frozenset(
     {"num_train_epochs", "agent_devices", "reference_devices", "parallel_training", "logging_steps", "output_dir",
-     "overwrite_output_dir", "verbose"}
+     "overwrite_output_dir", "verbose", "precision", "gradient_checkpointing"}
 )
 
 

@@ -7,43 +7,57 @@ runs the batched forward/backward of the policy-gradient loss over them (in row 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 import torch.nn as nn
 
 from comlrl.core.kl import sequence_kl, sequence_log_ratio
 from comlrl.core.losses import policy_gradient_loss
-from comlrl.models.loading import frozen_copy
+from comlrl.models.checkpointing import scoring_mode
+from comlrl.models.loading import frozen_copy, model_device
+from comlrl.models.lora import adapter_free_reference
+from comlrl.models.precision import Precision
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.rollout.batch import SequenceBatch, build_sequence_batch
-from comlrl.rollout.generation import Completions, HFGenerator
+from comlrl.rollout.generation import Completions, GenerationBackend, HFGenerator
 from comlrl.rollout.scoring import CompletionScores, score_completions
 from comlrl.training.optim import AgentOptimizer
 
 
 class PolicyAgent:
-    """One agent: model, tokenizer, sampler, optimizer, optional frozen reference."""
+    """One agent: model, tokenizer, sampler, optimizer, optional frozen reference.
 
-    def __init__(self, index: int, model: nn.Module, tokenizer: Any, device: torch.device, reference: Optional[nn.Module] = None):
+    ``precision`` decides the compute dtype of its forwards (``autocast()``); ``generator`` is the
+    sampling backend (Hugging Face ``generate`` unless a trainer installs another one).
+    """
+
+    def __init__(self, index: int, model: nn.Module, tokenizer: Any, device: torch.device, reference: Optional[nn.Module] = None,
+                 precision: Optional[Precision] = None):
         self.index = index
         self.model = model
         self.tokenizer = tokenizer
         self.device = device
         self.reference = reference
+        self.precision = precision
         self.pad_id = pad_token_id(tokenizer)
-        self.generator = HFGenerator(model, tokenizer, device)
+        self.generator: GenerationBackend = HFGenerator(model, tokenizer, device, autocast=self.autocast)
         self.optimizer: Optional[AgentOptimizer] = None
+
+    def autocast(self) -> ContextManager:
+        """The compute-dtype context of this agent's forwards (a no-op unless mixed precision)."""
+        return self.precision.autocast(self.device) if self.precision is not None else contextlib.nullcontext()
 
     def token_logprobs(self, model: nn.Module, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], temperature: float) -> torch.Tensor:
         """``[R, C]`` log-probs of the completions under ``model`` (no grad, eval mode)."""
-        device = next(model.parameters()).device
+        device = model_device(model)
         batch = build_sequence_batch(prompts, completions, self.pad_id, device)
         was_training = model.training
         model.eval()
         try:
-            with torch.no_grad():
+            with torch.no_grad(), self.autocast():
                 logprobs = score_completions(model, batch, temperature).logprobs
         finally:
             model.train(was_training)
@@ -75,8 +89,12 @@ class PolicyAgent:
         return {"reference_kl": sequence_kl(policy, reference, mask), "reference_log_ratio": sequence_log_ratio(policy, reference, mask)}
 
 
-def build_references(agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device]) -> List[nn.Module]:
-    """Frozen copies of the initial agents; agents loaded from the same id share one reference."""
+def build_references(
+    agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device], dtype: Optional[torch.dtype] = None
+) -> List[nn.Module]:
+    """Frozen copies of the initial agents (in ``dtype`` when given); agents loaded from the same id
+    share one reference. An agent that is a LoRA adapter over a frozen base gets that base with its
+    adapters disabled instead of a copy."""
     shared: Dict[Any, nn.Module] = {}
     references = []
     for model, source, device in zip(agents, sources, devices):
@@ -84,7 +102,9 @@ def build_references(agents: Sequence[nn.Module], sources: Sequence[Any], device
         if key is not None and key in shared:
             references.append(shared[key])
             continue
-        reference = frozen_copy(model, device)
+        reference = adapter_free_reference(model)
+        if reference is None:
+            reference = frozen_copy(model, device, dtype)
         if key is not None:
             shared[key] = reference
         references.append(reference)
@@ -165,7 +185,7 @@ def backward_policy_rows(
     sampling. Raises FloatingPointError on a non-finite loss.
     """
     model = agent.model
-    model.eval()
+    scoring_mode(model)
     size = micro_batch_size or len(rows)
     totals = {"loss": 0.0, "entropy": 0.0, "ratio": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "tokens": 0.0}
     extra_totals: Dict[str, float] = {}
@@ -175,7 +195,8 @@ def backward_policy_rows(
             rows.prompts[start:stop], rows.completions[start:stop], agent.pad_id, agent.device,
             final_state=auxiliary is not None and auxiliary.final_state,
         )
-        scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
+        with agent.autocast():
+            scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
         old = _old_logprob_tensor(rows.old_logprobs[start:stop], scores.logprobs)
         output = policy_gradient_loss(
             scores.logprobs,
@@ -198,6 +219,10 @@ def backward_policy_rows(
                 f"scale, lower the learning rate, or set max_grad_norm."
             )
         agent.optimizer.backward(loss, last=stop == len(rows))
+        if old is not None:
+            gap, count = sampler_mismatch(scores.logprobs, old, batch.mask, rows.stale[start:stop])
+            totals["mismatch"] = totals.get("mismatch", 0.0) + gap
+            totals["fresh_tokens"] = totals.get("fresh_tokens", 0.0) + count
         tokens = float(batch.mask.sum())
         totals["loss"] += float(output.loss.detach())
         totals["entropy"] += float((scores.entropy * batch.mask).sum())
@@ -205,6 +230,13 @@ def backward_policy_rows(
         for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
             totals[key] += float(value) * tokens
     return {**_policy_metrics(totals, rows), **extra_totals}
+
+
+def sampler_mismatch(logprobs: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, stale: Sequence[bool]) -> Tuple[float, float]:
+    """``(sum over fresh rows' tokens of |log pi_scored - log pi_sampler|, their token count)``: how far
+    the trainer's scores are from the log-probs the generation backend recorded for the same policy."""
+    fresh = torch.tensor([not s for s in stale], dtype=mask.dtype, device=mask.device).unsqueeze(1) * mask
+    return float(((logprobs.detach() - old).abs() * fresh).sum()), float(fresh.sum())
 
 
 def _policy_metrics(totals: Dict[str, float], rows: PolicyRows) -> Dict[str, float]:
@@ -220,4 +252,7 @@ def _policy_metrics(totals: Dict[str, float], rows: PolicyRows) -> Dict[str, flo
         # scoring reproduces the sampling log-probs (1 up to float noise)
         metrics.update(ratio=totals["ratio"] / tokens, clip_fraction=totals["clip_fraction"] / tokens, approx_kl=totals["approx_kl"] / tokens)
         metrics["stale_fraction"] = sum(rows.stale) / max(len(rows), 1)
+        fresh_tokens = totals.get("fresh_tokens", 0.0)
+        if fresh_tokens:
+            metrics["logprob_mismatch"] = totals["mismatch"] / fresh_tokens
     return metrics

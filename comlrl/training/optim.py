@@ -30,6 +30,17 @@ import torch.nn as nn
 from comlrl.training.fsdp import clip_grad_norm_, is_sharded_tensor
 
 
+def adamw_8bit(groups, **hyper) -> torch.optim.Optimizer:
+    """bitsandbytes' ``AdamW8bit`` (block-wise 8-bit moments) over ``groups``."""
+    try:
+        import bitsandbytes as bnb
+    except ImportError as exc:
+        raise ImportError(
+            "optimizer='adamw_8bit' needs bitsandbytes: pip install 'comlrl[bnb]' (or choose optimizer='adamw')."
+        ) from exc
+    return bnb.optim.AdamW8bit(groups, **hyper)
+
+
 class AgentOptimizer:
     def __init__(
         self,
@@ -43,6 +54,7 @@ class AgentOptimizer:
         max_grad_norm: Optional[float],
         in_backward: bool,
         grad_sync: Optional[Callable[[torch.Tensor], Any]] = None,
+        kind: str = "adamw",
     ):
         self.params: List[nn.Parameter] = [p for p in parameters if p.requires_grad]
         if in_backward and max_grad_norm is not None:
@@ -64,9 +76,12 @@ class AgentOptimizer:
         if fused is None:
             fused = not mixed and all(p.device.type in ("cpu", "cuda") and p.dtype.is_floating_point for p in self.params)
         groups = [{"params": [p]} for p in self.params] if in_backward else [{"params": self.params}]
-        self.optimizer = torch.optim.AdamW(
-            groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=bool(fused) or None
-        )
+        if kind == "adamw_8bit":
+            self.optimizer = adamw_8bit(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        else:
+            self.optimizer = torch.optim.AdamW(
+                groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=bool(fused) or None
+            )
         self.max_grad_norm = max_grad_norm
         self.in_backward = in_backward
         # data parallelism: averages a gradient across ranks in place, before it is used

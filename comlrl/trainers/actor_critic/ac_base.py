@@ -24,7 +24,8 @@ import torch.nn as nn
 from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics
 from comlrl.models.entities import AgentPlan, agent_count, check_plan_sources, load_agents, plan_agents
 from comlrl.models.sources import check_sources_exist
-from comlrl.models.loading import check_model_config
+from comlrl.models.loading import check_model_config, model_device
+from comlrl.models.lora import normalize_peft_configs
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.formatters import build_formatters, check_prompt_rows
@@ -86,6 +87,8 @@ class ActorCriticTrainerBase(TrainerBase):
         external_transition: Any = None,
         agents: Optional[List[Any]] = None,
         critics: Optional[List[Any]] = None,
+        peft_config: Any = None,
+        critic_peft_config: Any = None,
     ):
         args = self._resolve_args(args)
         self._check_arguments(args, agent_model, agents, tokenizer, reward_func, external_transition, metrics_callback, (critic_model, critics))
@@ -94,6 +97,15 @@ class ActorCriticTrainerBase(TrainerBase):
         plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
         critic_plan = self._plan_critics(args, critic_model, critics, count)
         model_config = check_model_config(model_config)
+        peft_configs = (
+            normalize_peft_configs(peft_config, count),
+            normalize_peft_configs(critic_peft_config, len(critic_plan.sources) if critic_plan else 0, "critic_peft_config"),
+        )
+        if critic_plan is None and critic_peft_config is not None:
+            raise ValueError(
+                "critic_peft_config was given but there is no critic model (use_separate_critic=False puts value heads on "
+                "the actors, which follow peft_config); drop critic_peft_config."
+            )
         head_dims = (self._actor_head_dim(args, model_config), self._head_dim(args, model_config, "critic_value_head_hidden_dim"))
         self.args = args
         self.num_agents = count
@@ -106,7 +118,7 @@ class ActorCriticTrainerBase(TrainerBase):
         critic_devices = self._resolve_critic_devices(count)
         reference_devices = self._reference_devices(self.agent_devices)
         with library_bars(self.console_enabled(args, wandb_config)):
-            self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims)
+            self._load_entities(plan, critic_plan, model_config, critic_devices, reference_devices, head_dims, peft_configs)
         self._store_task(train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
                          reward_processor=reward_processor, external_transition=external_transition)
         self.metrics_callback = metrics_callback
@@ -173,16 +185,21 @@ class ActorCriticTrainerBase(TrainerBase):
     def _actor_head_dim(self, args, model_config: Dict[str, Any]) -> Optional[int]:
         return None
 
-    def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices, reference_devices, head_dims) -> None:
+    def _load_entities(self, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any], critic_devices,
+                       reference_devices, head_dims, peft_configs) -> None:
         args = self.args
         actor_dim, critic_dim = head_dims
         if critic_plan:  # every missing path is named before the first model loads
             check_sources_exist(critic_plan.sources, "critics")
         check_plan_sources(plan)
-        backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
+        agent_peft, critic_peft = peft_configs
+        options = self._load_options(model_config)
+        backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, agent_peft, self._lora)
         self.tokenizer = self.tokenizers[0]
         self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]
-        self.critics = load_critics(critic_plan, model_config, critic_devices, critic_dim) if critic_plan else []
+        self.critics = (
+            load_critics(critic_plan, model_config, critic_devices, critic_dim, options, critic_peft, self._lora) if critic_plan else []
+        )
         self._critic_sources = list(critic_plan.sources) if critic_plan else []
         self._critic_of_agent = self._critic_slots()
         for slot, critic in enumerate(self.critics):
@@ -250,7 +267,7 @@ class ActorCriticTrainerBase(TrainerBase):
     def _checkpoint_components(self) -> CheckpointComponents:
         components = super()._checkpoint_components()
         components.add_models("critics", self.critics)  # a critic shared by several slots is written once
-        components.add_models("reference_models", self.reference_models)
+        components.add_models("reference_models", self._saved_references())
         for name, optimizer in self.named_optimizers().items():
             components.add_optimizers(name, optimizer)
         buffers = AttributeState(self, "rollout_buffers")
@@ -308,8 +325,12 @@ class ActorCriticTrainerBase(TrainerBase):
             model, pad = self._value_model(sample.agent_idx)
             groups.setdefault(id(model), (model, pad, []))[2].append(sample)
         for model, pad, group in groups.values():
+            device = model_device(model)
             with self._unsharded([model]):  # one forward per distinct sequence: counts differ between ranks
-                values = rollout_values(model, [s.critic_input_ids for s in group], pad, self.args.update_micro_batch_size)
+                values = rollout_values(
+                    model, [s.critic_input_ids for s in group], pad, self.args.update_micro_batch_size,
+                    autocast=lambda device=device: self.precision.autocast(device),
+                )
             for sample, value in zip(group, values):
                 sample.old_value = value.clone()
 
@@ -413,7 +434,7 @@ class ActorCriticTrainerBase(TrainerBase):
             return critic_step(
                 self.critics[slot], self._critic_optimizers[slot], samples, pad_id=self._critic_pad_ids[slot],
                 coef=self.args.value_loss_coef, clip_range=self._value_clip_range(),
-                micro_batch_size=self.args.update_micro_batch_size, label=label,
+                micro_batch_size=self.args.update_micro_batch_size, label=label, autocast=self._critic_autocast(slot),
             )
 
         for (slot, _samples), metrics in zip(jobs, self._workers.map(critic_task, list(range(len(jobs))))):
@@ -429,6 +450,10 @@ class ActorCriticTrainerBase(TrainerBase):
 
     def _critic_metric_prefix(self, slot: int) -> str:
         return f"critic_{slot}/"
+
+    def _critic_autocast(self, slot: int):
+        device = model_device(self.critics[slot])
+        return lambda: self.precision.autocast(device)
 
     def _value_clip_range(self) -> Optional[float]:
         return None
@@ -492,19 +517,21 @@ class ActorCriticTrainerBase(TrainerBase):
     def _export_entries(self, output_dir: str) -> List[ExportEntry]:
         raise NotImplementedError
 
-    def save_model(self, output_dir: str, overwrite: bool = False) -> None:
+    def save_model(self, output_dir: str, overwrite: bool = False, merge_adapters: bool = False) -> None:
         """Export actors, value heads and critics (layout: see the trainer's ``_export_entries``).
 
-        Every folder loads back with ``AutoModelForCausalLM``; ``value_head.pt`` holds a head's
-        state dict (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are
-        refused unless ``overwrite=True``. A W&B run stays open.
+        Every folder loads back with ``AutoModelForCausalLM`` (a LoRA-trained model: its adapter,
+        loadable with ``PeftModel.from_pretrained(base, folder)``, or with ``merge_adapters=True``
+        the merged full model); ``value_head.pt`` holds a head's state dict
+        (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are refused unless
+        ``overwrite=True``. A W&B run stays open.
         """
         entries = self._export_entries(output_dir)
         for entry in entries:  # collective: every rank gathers a sharded backbone
             entry.backbone_state = full_model_state(entry.model.model) if is_sharded(entry.model.model) else None
         if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
             with library_bars(self.verbose):
-                write_exports(entries, overwrite)
+                write_exports(entries, overwrite, merge_adapters)
             if self._wandb is not None:
                 self._wandb.write({"final_model_saved": 1.0}, self.env_step)
         self._dist.barrier()

@@ -28,27 +28,28 @@ class ExportEntry:
     backbone_state: Optional[dict] = None  # full weights of a sharded (FSDP) backbone
 
 
-def _writer(entry: ExportEntry):
+def _writer(entry: ExportEntry, merge: bool):
     extra = None
     if entry.critic is not None:
-        critic_writer = value_model_writer(entry.critic)
+        critic_writer = value_model_writer(entry.critic, merge=merge)
 
         def extra(directory: str) -> None:
             write_dir_atomically(os.path.join(directory, CRITIC_DIR), critic_writer)
 
-    return value_model_writer(entry.model, entry.tokenizer, extra, entry.backbone_state)
+    return value_model_writer(entry.model, entry.tokenizer, extra, entry.backbone_state, merge=merge)
 
 
-def write_exports(entries: Sequence[ExportEntry], overwrite: bool) -> None:
-    """Write every entry; new folders are checked to be free before anything is written."""
+def write_exports(entries: Sequence[ExportEntry], overwrite: bool, merge: bool = False) -> None:
+    """Write every entry; new folders are checked to be free before anything is written. ``merge``:
+    LoRA backbones are written as merged full models instead of adapters."""
     for entry in entries:
         if not entry.into_existing:
             check_target_free(entry.path, overwrite)
     for entry in entries:
         if entry.into_existing:
-            write_into_dir(entry.path, _writer(entry), overwrite)
+            write_into_dir(entry.path, _writer(entry, merge), overwrite)
         else:
-            write_dir_atomically(entry.path, _writer(entry), overwrite)
+            write_dir_atomically(entry.path, _writer(entry, merge), overwrite)
 
 
 def agent_dirs(output_dir: str, count: int) -> List[str]:

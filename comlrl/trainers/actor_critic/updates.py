@@ -10,14 +10,16 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from comlrl.core.advantages import normalize_flat
 from comlrl.core.losses import value_loss
-from comlrl.models.value_head import CausalLMWithValueHead, ValueHead
+from comlrl.models.checkpointing import scoring_mode
+from comlrl.models.value_head import CausalLMWithValueHead, ValueHead, head_values
 from comlrl.rollout.batch import SequenceBatch, left_pad, position_ids_from_mask
 from comlrl.rollout.scoring import CompletionScores
 from comlrl.trainers.actor_critic.samples import RolloutSample
@@ -48,12 +50,16 @@ def sequence_values(model: CausalLMWithValueHead, sequences: Sequence[torch.Tens
     return model.last_token_values(ids.to(device), mask.to(device), position_ids_from_mask(mask).to(device))
 
 
-def rollout_values(model: CausalLMWithValueHead, sequences: Sequence[torch.Tensor], pad_id: int, chunk: Optional[int]) -> torch.Tensor:
-    """``[len(sequences)]`` values without gradient, each distinct sequence computed once."""
+def rollout_values(
+    model: CausalLMWithValueHead, sequences: Sequence[torch.Tensor], pad_id: int, chunk: Optional[int],
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
+) -> torch.Tensor:
+    """``[len(sequences)]`` values without gradient, each distinct sequence computed once
+    (backbone under ``autocast()``, the head in float32)."""
     unique, inverse = unique_sequences(sequences)
     size = chunk or len(unique)
     model.eval()  # no dropout, as in every forward of the trainers
-    with torch.no_grad():
+    with torch.no_grad(), autocast():
         parts = [sequence_values(model, unique[s : s + size], pad_id).cpu() for s in range(0, len(unique), size)]
     return torch.cat(parts)[inverse]
 
@@ -107,13 +113,14 @@ def critic_step(
     clip_range: Optional[float],
     micro_batch_size: Optional[int],
     label: str,
+    autocast: Callable[[], ContextManager] = contextlib.nullcontext,
 ) -> Dict[str, float]:
     """One update of a separate critic: ``coef * mean_s value_loss(V(s), y_s)`` over ``samples``.
 
-    Each distinct critic input is forwarded once (in chunks of ``micro_batch_size`` distinct rows);
-    every sample contributes its own target.
+    Each distinct critic input is forwarded once (in chunks of ``micro_batch_size`` distinct rows,
+    the backbone under ``autocast()``); every sample contributes its own target.
     """
-    critic.eval()  # no dropout: the values are those the targets were computed against
+    scoring_mode(critic)  # no dropout: the values are those the targets were computed against
     unique, inverse = unique_sequences([s.critic_input_ids for s in samples])
     targets, old_values = _targets(samples)
     size = micro_batch_size or len(unique)
@@ -121,7 +128,8 @@ def critic_step(
     for start in range(0, len(unique), size):
         stop = min(start + size, len(unique))
         rows = ((inverse >= start) & (inverse < stop)).nonzero().squeeze(-1)
-        chunk_values = sequence_values(critic, unique[start:stop], pad_id)
+        with autocast():
+            chunk_values = sequence_values(critic, unique[start:stop], pad_id)
         device = chunk_values.device
         values = chunk_values[(inverse[rows] - start).to(device)]
         err = value_loss(values, targets[rows].to(device), old_values[rows].to(device), clip_range)
@@ -161,7 +169,7 @@ class SharedValueLoss:
         else:
             position = torch.zeros(count, dtype=torch.long, device=hidden.device)
         states = hidden[torch.arange(count, device=hidden.device), position]
-        values = self.head(states.float()).squeeze(-1)
+        values = head_values(self.head, states)
         device = values.device
         err = value_loss(values, self.targets[rows].to(device), self.old_values[rows].to(device), self.clip_range)
         share = count / len(self.samples)

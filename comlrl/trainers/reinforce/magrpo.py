@@ -18,6 +18,7 @@ import torch
 from comlrl.core.advantages import group_advantages, normalize_groups
 from comlrl.models.entities import agent_count, load_agents, plan_agents
 from comlrl.models.loading import check_model_config
+from comlrl.models.lora import normalize_peft_configs
 from comlrl.rollout.formatters import build_formatters, check_prompt_rows
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.sampling import draw_seeds
@@ -38,6 +39,8 @@ class MAGRPOTrainer(TrainerBase):
     Agents: ``agent_model`` (an id or directory) with ``num_agents`` for identical independent copies,
     or ``agents`` (ids, directories or loaded models, one per agent). ``tokenizer`` is one tokenizer
     for all agents or a list with one per agent; it may be omitted when every agent is given by id.
+    ``peft_config`` (one peft config for all agents, or a list with one entry or None per agent)
+    trains LoRA adapters instead of full weights; agents of the same base share it (docs/gpu.md).
     """
 
     default_config_cls = MAGRPOConfig
@@ -61,6 +64,7 @@ class MAGRPOTrainer(TrainerBase):
         eval_logger: Any = None,
         eval_aggregator: Any = None,
         args: Optional[MAGRPOConfig] = None,
+        peft_config: Any = None,
     ):
         args = self._resolve_args(args)
         if type(args) is MAGRPOConfig and not args.is_explicit("advantage_mode"):
@@ -78,15 +82,18 @@ class MAGRPOTrainer(TrainerBase):
             if value is not None and not callable(value):
                 raise ValueError(f"{name} must be callable, got {type(value).__name__}.")
         model_config = check_model_config(model_config)
+        peft_configs = normalize_peft_configs(peft_config, count)
         self.args = args
         self._join_data_parallel(args)
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         reference_devices = self._reference_devices(self.agent_devices)
 
+        options = self._load_options(model_config)
+
         self.num_agents = count
         self.model_name = plan.model_name
         with library_bars(self.console_enabled(args, wandb_config)):
-            self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices)
+            self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, peft_configs, self._lora)
             self.tokenizer = self.tokenizers[0]
             self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
         self.optimizers = [policy.optimizer.optimizer for policy in self.policies]
@@ -113,7 +120,7 @@ class MAGRPOTrainer(TrainerBase):
 
     def _checkpoint_components(self) -> CheckpointComponents:
         components = super()._checkpoint_components()
-        components.add_models("reference_models", self.reference_models)
+        components.add_models("reference_models", self._saved_references())
         components.add_optimizers("optimizers", self.optimizers)
         buffers = AttributeState(self, "rollout_buffers")
         components.add_state("rollout_buffers", buffers, records=(GroupSample,), check=per_agent_lists(self.num_agents, "rollout_buffers"))

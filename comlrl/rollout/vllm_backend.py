@@ -1,0 +1,226 @@
+"""Rollouts with vLLM behind the ``GenerationBackend`` interface (``generation_backend="vllm"``).
+
+Each agent gets one colocated engine on its training GPU. ``VLLMGenerator`` owns the contract with
+the trainer; the engine itself is behind the small ``RolloutEngine`` protocol, so the contract is
+tested on the CPU with a scripted engine and ``VLLMEngine`` (the real one, GPU only) stays thin.
+
+The contract:
+- weights: before every ``generate`` the engine holds the agent's current weights. The generator
+  remembers the policy version (optimizer steps) it last pushed and pushes again whenever the agent
+  has stepped since (full models: every tensor; LoRA agents: the merged weights of the adapted
+  layers only). Pushing lazily before the next generation, instead of eagerly after each step,
+  gives the same weights at every sampling call and pushes once when several steps happen between
+  two generations.
+- sampling: the same prompt ids as the Hugging Face backend (one BOS), one request per row with the
+  row's own seed, the trainer's temperature / top-k / top-p / max_new_tokens (greedy: temperature 0),
+  stopping at the tokenizer's EOS ids, which are kept in the completion as in the HF backend.
+- log-probs: the engine returns the log-probability of every sampled token, so the stale-sample
+  importance ratio and the reference KL use them with no extra forward. vLLM reports them under
+  the distribution it sampled from (``logprobs_mode="processed_logprobs"``: tempered and, when top-k /
+  top-p are on, truncated and renormalised); the trainer scores the tempered untruncated
+  distribution, so on fresh rows ``agent_i/ratio``, ``agent_i/approx_kl`` and
+  ``agent_i/logprob_mismatch`` measure the gap (engine numerics plus truncation).
+- memory: the engine sleeps (weights and KV cache released) after generating and wakes before the
+  next generation, so updates get the memory back (``sleep_between_phases``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, List, Optional, Protocol, Sequence, Tuple
+
+import torch
+
+from comlrl.models.tokenizers import bos_token, eos_token_ids, pad_token_id
+from comlrl.rollout.generation import Completions, SamplingParams, encode_prompts, finish_completions
+from comlrl.rollout.sampling import draw_seeds
+
+NamedTensors = Iterable[Tuple[str, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class RowRequest:
+    """One generated row: its prompt ids and sampling settings (``temperature == 0``: greedy)."""
+
+    prompt_ids: List[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int  # 0: off
+    seed: Optional[int]
+    stop_token_ids: List[int]
+
+
+@dataclass
+class RowOutput:
+    token_ids: List[int]  # generated ids, the stopping EOS included
+    logprobs: Optional[List[float]]  # sampling log-prob of each generated id (None when greedy)
+
+
+class RolloutEngine(Protocol):
+    def generate(self, requests: Sequence[RowRequest]) -> List[RowOutput]: ...
+
+    def load_weights(self, weights: NamedTensors) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake_up(self) -> None: ...
+
+
+def policy_weights(model: torch.nn.Module) -> NamedTensors:
+    """What an engine loads to match the agent's language model: a LoRA agent's merged adapted layers
+    (``AdapterModel.adapted_weights``), else every tensor of its state dict."""
+    adapted = getattr(model, "adapted_weights", None)
+    return adapted() if callable(adapted) else model.state_dict().items()
+
+
+class VLLMGenerator:
+    """``GenerationBackend`` over a ``RolloutEngine`` (see the module docstring)."""
+
+    def __init__(self, engine: RolloutEngine, tokenizer: Any, model: torch.nn.Module, version: Callable[[], int],
+                 sleep_between_phases: bool = True):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.model = model
+        self.version = version
+        self.sleep_between_phases = sleep_between_phases
+        self.pad_id = pad_token_id(tokenizer)
+        self.eos_ids = list(eos_token_ids(tokenizer, model))
+        self.bos = bos_token(tokenizer)
+        # None: push before the first generation too (the engine loaded the files, the agent may differ:
+        # a resumed checkpoint, a continued adapter, a model object changed in memory)
+        self.synced_version: Optional[int] = None
+        self.asleep = False
+        self.pushes = 0
+
+    @classmethod
+    def for_policy(cls, policy: Any, gpu_memory_utilization: float) -> "VLLMGenerator":
+        engine = ENGINE_FACTORY(policy.model, policy.device, gpu_memory_utilization)
+        return cls(engine, policy.tokenizer, policy.model, lambda: policy.version)
+
+    def _sync(self) -> None:
+        version = self.version()
+        if version != self.synced_version:
+            with torch.no_grad():
+                self.engine.load_weights(policy_weights(self.model))
+            self.synced_version = version
+            self.pushes += 1
+
+    def _requests(self, prompt_ids: List[torch.Tensor], num_samples: int, sampling: SamplingParams,
+                  seeds: Optional[Sequence[int]]) -> List[RowRequest]:
+        rows = len(prompt_ids) * num_samples
+        if sampling.do_sample:
+            seeds = list(seeds) if seeds is not None else draw_seeds(rows)
+            if len(seeds) != rows:
+                raise ValueError(f"{len(seeds)} seeds for {rows} generated rows; give one seed per row.")
+        else:
+            seeds = [None] * rows
+        if sampling.extra:
+            raise ValueError(
+                f"generation_backend='vllm' does not forward train() generation settings {sorted(sampling.extra)}; "
+                f"use generation_backend='hf' for them."
+            )
+        return [
+            RowRequest(
+                prompt_ids=prompt_ids[row // num_samples].tolist(), max_tokens=sampling.max_new_tokens,
+                temperature=float(sampling.temperature) if sampling.do_sample else 0.0, top_p=float(sampling.top_p) if sampling.do_sample else 1.0,
+                top_k=int(sampling.top_k or 0) if sampling.do_sample else 0, seed=seeds[row], stop_token_ids=list(self.eos_ids),
+            )
+            for row in range(rows)
+        ]
+
+    def generate(self, prompts: Sequence[str], num_samples: int, sampling: SamplingParams, seeds: Optional[Sequence[int]] = None) -> Completions:
+        prompt_ids = encode_prompts(self.tokenizer, self.bos, prompts)
+        requests = self._requests(prompt_ids, num_samples, sampling, seeds)
+        if self.asleep:
+            self.engine.wake_up()
+            self.asleep = False
+        self._sync()
+        outputs = self.engine.generate(requests)
+        if self.sleep_between_phases:
+            self.engine.sleep()
+            self.asleep = True
+        width = max(1, max(len(o.token_ids) for o in outputs))
+        ids = torch.full((len(outputs), width), self.pad_id, dtype=torch.long)
+        table = torch.zeros(len(outputs), width) if sampling.do_sample else None
+        for row, output in enumerate(outputs):
+            ids[row, : len(output.token_ids)] = torch.tensor(output.token_ids, dtype=torch.long)
+            if table is not None:
+                if output.logprobs is None or len(output.logprobs) != len(output.token_ids):
+                    raise RuntimeError("the vLLM engine returned no sampling log-prob for some generated tokens.")
+                table[row, : len(output.logprobs)] = torch.tensor(output.logprobs, dtype=torch.float32)
+        lengths = [len(o.token_ids) for o in outputs]
+        return finish_completions(self.tokenizer, prompt_ids, ids, self.eos_ids, num_samples, table, lengths)
+
+
+# ----------------------------------------------------------------------------- the real engine (GPU only)
+class VLLMEngine:
+    """A colocated ``vllm.LLM`` in this process (GPU only; not exercised by the CPU test suite)."""
+
+    def __init__(self, model_path: str, device: torch.device, gpu_memory_utilization: float, max_model_len: Optional[int] = None):
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: weights load in place
+        from vllm import LLM
+
+        if device.index is not None:
+            torch.cuda.set_device(device)
+        self.llm = LLM(
+            model=model_path, dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True,
+            logprobs_mode="processed_logprobs", max_model_len=max_model_len, enable_prefix_caching=True,
+        )
+
+    def generate(self, requests: Sequence[RowRequest]) -> List[RowOutput]:
+        from vllm import SamplingParams as VSamplingParams
+
+        params = [
+            VSamplingParams(
+                n=1, max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=r.seed,
+                stop_token_ids=r.stop_token_ids, logprobs=0 if r.temperature > 0 else None, detokenize=False,
+                skip_special_tokens=False,
+            )
+            for r in requests
+        ]
+        prompts = [{"prompt_token_ids": r.prompt_ids} for r in requests]
+        results = self.llm.generate(prompts, params, use_tqdm=False)
+        out = []
+        for result in results:
+            completion = result.outputs[0]
+            ids = list(completion.token_ids)
+            logprobs = None
+            if completion.logprobs is not None:
+                logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
+            out.append(RowOutput(ids, logprobs))
+        return out
+
+    def load_weights(self, weights: NamedTensors) -> None:
+        batch = [(name, tensor.detach().to(torch.bfloat16)) for name, tensor in weights]
+        self.llm.apply_model(lambda model: model.load_weights(batch))
+
+    def sleep(self) -> None:
+        self.llm.sleep(level=1)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+
+
+def engine_model_path(model: torch.nn.Module) -> str:
+    """A directory or id vLLM can load the agent's architecture and base weights from."""
+    shared = getattr(model, "shared", None)
+    source = getattr(shared, "source", None) if shared is not None else getattr(getattr(model, "config", None), "_name_or_path", None)
+    if isinstance(source, str) and source:
+        return source
+    raise ValueError(
+        "generation_backend='vllm' loads each agent's model into its engine by id or directory; this agent has none "
+        "(a model object built in code). Save it with save_pretrained and pass the directory."
+    )
+
+
+def colocated_engine(model: torch.nn.Module, device: torch.device, gpu_memory_utilization: float) -> RolloutEngine:
+    """The default engine factory: a ``VLLMEngine`` on the agent's CUDA device."""
+    if torch.device(device).type != "cuda":
+        raise ValueError(f"generation_backend='vllm' runs on CUDA devices; this agent is on {device}. Use generation_backend='hf'.")
+    return VLLMEngine(engine_model_path(model), torch.device(device), gpu_memory_utilization)
+
+
+# (model, device, gpu_memory_utilization) -> engine; tests install a scripted engine here.
+ENGINE_FACTORY: Callable[[torch.nn.Module, torch.device, float], RolloutEngine] = colocated_engine

@@ -1,0 +1,440 @@
+"""Predicted peak memory of a training run from model configs alone (no weights are loaded).
+
+``estimate_memory(run)`` adds up, per device, what a comlrl step keeps alive at its two peaks:
+
+- resident: weights of every distinct model (agents, critics, frozen references, shared LoRA bases)
+  and AdamW state of every trained tensor;
+- rollout peak: one agent's generate call (KV cache of B*K rows over prompt + new tokens, the
+  per-step logits and sampler temporaries, the prefill's largest layer transient, and under
+  bf16-mixed autocast's bfloat16 copy of the agent's float32 weights) or, with reference KL, the
+  reference's no-grad scoring forward;
+- update peak: one micro-batch's forward/backward (the activations autograd saves in every decoder
+  layer, or only each layer's input under gradient checkpointing plus one layer recomputed, the
+  completion logits kept for the log-prob backward, the in-backward gradient of the largest
+  tensor, or, without the in-backward step, every gradient of the model being updated (the step
+  frees them before the next model's update), autocast's weight copies), for the actor or the
+  critic step, whichever is larger.
+
+peak = resident + max(rollout peak, update peak).
+
+Activation sizes are per token and decoder layer, counted from the tensors autograd saves in
+transformers' Llama / Qwen2 / Qwen3 decoder layers (``ACTIVATION_BYTES``, measured with
+``torch.autograd.graph.saved_tensors_hooks`` on transformers 5.24 / torch 2.13). Attention adds
+``nh * L`` probabilities per token on the CPU (a padded batch takes SDPA's math path) and only a
+log-sum-exp on CUDA (memory-efficient kernels). Prompt length is an input: configs do not say it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+# bytes per token per decoder layer saved for backward: coefficient x width, by compute mode.
+# q = heads * head_dim, kv = kv_heads * head_dim; "qk_norm" layers (Qwen3) save their normed q/k too.
+ACTIVATION_BYTES = {
+    # mode: (per hidden, per intermediate, per q width, per kv width, extra per q / kv width with qk_norm)
+    "fp32": (24.0, 16.0, 16.0, 0.0, (8.0, 8.0)),
+    "bf16-mixed": (16.0, 8.0, 8.0, 12.0, (6.0, 6.0)),
+    "bf16": (12.0, 8.0, 8.0, 0.0, (4.0, 4.0)),  # pure half: the fp32 table's tensors in 2 bytes
+}
+EMBEDDING_OUTPUT_BYTES = 8.0  # per token per hidden unit outside the layers (embedding output, final norm), fp32
+LOGPROB_CHUNK_BYTES = 3 * 16 * MIB  # float32 chunks of the log-softmax / entropy (core.logprobs.CHUNK_ELEMENTS)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes memory depends on (decoder-only transformer: Llama, Qwen2, Qwen3, GPT-2 style)."""
+
+    name: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False  # Qwen2: biases on q, k, v
+    qk_norm: bool = False  # Qwen3: RMSNorm on q and k per head
+    mlp_matrices: int = 3  # gated MLP (gate, up, down); 2 for GPT-2
+    layer_norm: bool = False  # GPT-2: LayerNorms with biases, biases on every linear layer
+    position_embeddings: int = 0  # GPT-2: learned positions (n_positions)
+
+    @classmethod
+    def from_config(cls, config: Any, name: Optional[str] = None) -> "ModelShape":
+        """From a transformers config object or its dict (Llama / Qwen / GPT-2 field names)."""
+        get = (lambda k, d=None: config.get(k, d)) if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
+        model_type = get("model_type", "")
+        hidden = get("hidden_size") or get("n_embd")
+        heads = get("num_attention_heads") or get("n_head")
+        gpt2 = model_type == "gpt2"
+        return cls(
+            name=name or get("_name_or_path") or model_type or "model",
+            vocab_size=int(get("vocab_size")),
+            hidden_size=int(hidden),
+            intermediate_size=int(get("intermediate_size") or get("n_inner") or 4 * hidden),
+            num_layers=int(get("num_hidden_layers") or get("n_layer")),
+            num_heads=int(heads),
+            num_kv_heads=int(get("num_key_value_heads") or heads),
+            head_dim=int(get("head_dim") or hidden // heads),
+            tie_word_embeddings=bool(get("tie_word_embeddings", True)),
+            attention_bias=bool(get("attention_bias", False)) or model_type == "qwen2" or gpt2,
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+            mlp_matrices=2 if gpt2 else 3,
+            layer_norm=gpt2,
+            position_embeddings=int(get("n_positions") or 0) if gpt2 else 0,
+        )
+
+    @property
+    def q_width(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    def layer_parameters(self) -> int:
+        h, q, kv, i = self.hidden_size, self.q_width, self.kv_width, self.intermediate_size
+        attention = h * q + 2 * h * kv + q * h + (q + 2 * kv if self.attention_bias else 0) + (2 * self.head_dim if self.qk_norm else 0)
+        mlp = self.mlp_matrices * h * i
+        if self.layer_norm:  # GPT-2: output-projection and MLP biases, LayerNorm biases
+            return attention + h + mlp + i + h + 4 * h
+        return attention + mlp + 2 * h
+
+    @property
+    def parameters(self) -> int:
+        embeddings = self.vocab_size * self.hidden_size + self.position_embeddings * self.hidden_size
+        head = 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+        final_norm = (2 if self.layer_norm else 1) * self.hidden_size
+        return embeddings + head + self.num_layers * self.layer_parameters() + final_norm
+
+    @property
+    def largest_tensor(self) -> int:
+        return max(self.vocab_size * self.hidden_size, self.hidden_size * self.intermediate_size)
+
+    def lora_parameters(self, rank: int, targets: Sequence[str]) -> int:
+        """Adapter size of rank ``rank`` on the named projections (``all-linear``: every one but the head)."""
+        h, q, kv, i = self.hidden_size, self.q_width, self.kv_width, self.intermediate_size
+        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                  "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h)}
+        names = list(shapes) if "all-linear" in targets else [t for t in targets if t in shapes]
+        per_layer = sum(rank * (shapes[n][0] + shapes[n][1]) for n in names)
+        head = rank * (h + self.vocab_size) if "lm_head" in targets else 0
+        return self.num_layers * per_layer + head
+
+    def activation_bytes_per_token(self, mode: str, device: str, length: int) -> float:
+        """Bytes autograd saves per token and decoder layer (module docstring)."""
+        per_h, per_i, per_q, per_kv, (norm_q, norm_kv) = ACTIVATION_BYTES[mode]
+        total = per_h * self.hidden_size + per_i * self.intermediate_size + per_q * self.q_width + per_kv * self.kv_width
+        if self.qk_norm:
+            total += norm_q * self.q_width + norm_kv * self.kv_width
+        element = 4 if mode == "fp32" else 2
+        if device == "cpu":
+            total += element * self.num_heads * length + 4 * length  # math-path attention probabilities + mask
+        else:
+            total += 4 * self.num_heads  # log-sum-exp of the fused kernels
+        return total
+
+
+@dataclass(frozen=True)
+class Entity:
+    """One trained model slot: its shape, where its weights come from (same key = same base for LoRA,
+    same frozen reference), and its LoRA adapter (rank 0: full fine-tuning)."""
+
+    shape: ModelShape
+    source: str
+    lora_rank: int = 0
+    lora_targets: Sequence[str] = ("all-linear",)
+    value_head: bool = False
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """Everything about a run that memory depends on (see ``estimate_memory``)."""
+
+    agents: Sequence[Entity]
+    critics: Sequence[Entity] = ()
+    algorithm: str = "magrpo"  # magrpo | iac | maac
+    shared_value_heads: bool = False  # IAC with use_separate_critic=False
+    critic_type: str = "v"
+    num_generations: int = 4
+    prompt_tokens: int = 256
+    max_new_tokens: int = 256
+    items_per_generate: int = 1  # prompts (tree nodes) per generate call of one agent
+    rows_per_update: int = 4  # completions per optimizer step of one agent
+    micro_batch_rows: Optional[int] = None
+    critic_input_tokens: Optional[int] = None  # default: the prompt (V) or prompt + completion (Q); MAAC: all agents'
+    reference_kl: bool = False
+    precision: str = "bf16-mixed"
+    gradient_checkpointing: bool = False
+    optimizer: str = "adamw"
+    optimizer_in_backward: bool = True
+    device: str = "cuda"
+
+
+@dataclass
+class MemoryEstimate:
+    """Bytes per part; ``peak`` = resident + the larger of the rollout and update peaks."""
+
+    resident: Dict[str, int] = field(default_factory=dict)
+    rollout: Dict[str, int] = field(default_factory=dict)
+    update: Dict[str, int] = field(default_factory=dict)
+
+    @property
+    def peak(self) -> int:
+        return sum(self.resident.values()) + max(sum(self.rollout.values()), sum(self.update.values()))
+
+    def table(self, unit: int = GIB) -> str:
+        name = "GiB" if unit == GIB else "MiB"
+        lines = [f"{'part':<40} {name:>10}"]
+        for title, parts in (("resident", self.resident), ("rollout peak", self.rollout), ("update peak", self.update)):
+            lines.append(f"{title} ({sum(parts.values()) / unit:.2f} {name})")
+            lines += [f"  {key:<38} {value / unit:>10.2f}" for key, value in parts.items() if value]
+        lines.append(f"{'predicted peak':<40} {self.peak / unit:>10.2f}")
+        return "\n".join(lines)
+
+
+def _weight_bytes(precision: str) -> int:
+    return 2 if precision in ("bf16", "fp16") else 4
+
+
+def _frozen_bytes(precision: str) -> int:
+    return 4 if precision == "fp32" else 2
+
+
+def _mode(precision: str) -> str:
+    return "fp32" if precision == "fp32" else "bf16-mixed" if precision == "bf16-mixed" else "bf16"
+
+
+def _optimizer_bytes(run: RunShape) -> float:
+    if run.optimizer == "adamw_8bit":
+        return 2.0 + 8.0 / 256  # two 8-bit moments + a float32 scale per 256-element block
+    return 2.0 * _weight_bytes(run.precision)
+
+
+def _resident(run: RunShape) -> Dict[str, int]:
+    parts: Dict[str, int] = {}
+    w, frozen = _weight_bytes(run.precision), _frozen_bytes(run.precision)
+    bases: Dict[str, int] = {}
+    trainable = 0
+    for kind, entities in (("agents", run.agents), ("critics", run.critics)):
+        full = 0
+        for entity in entities:
+            head = entity.shape.hidden_size + 1 if entity.value_head else 0
+            if entity.lora_rank:
+                bases[entity.source] = entity.shape.parameters
+                adapter = entity.shape.lora_parameters(entity.lora_rank, entity.lora_targets) + head
+                parts[f"{kind}: LoRA adapters (fp32)"] = parts.get(f"{kind}: LoRA adapters (fp32)", 0) + 4 * adapter
+                trainable += adapter
+            else:
+                full += entity.shape.parameters * w + 4 * head
+                trainable += entity.shape.parameters + head
+        parts[f"{kind}: weights"] = full
+    parts["LoRA bases (frozen, shared)"] = sum(bases.values()) * frozen
+    if run.reference_kl:
+        distinct = {e.source: e.shape.parameters for e in run.agents if not e.lora_rank}
+        parts["references (frozen)"] = sum(distinct.values()) * (w if run.precision in ("bf16", "fp16") else frozen)
+    parts["optimizer state"] = int(trainable * _optimizer_bytes(run))
+    return parts
+
+
+def _gradient_bytes(run: RunShape, entity: Entity) -> int:
+    """Gradients alive during one model's update: every trained tensor's after backward (they are
+    freed by the step that follows, so only the model being updated holds them), or inside
+    backward the largest tensor's at a time."""
+    shape = entity.shape
+    if entity.lora_rank:
+        trained, largest = shape.lora_parameters(entity.lora_rank, entity.lora_targets), 0
+    else:
+        trained, largest = shape.parameters, shape.largest_tensor
+    element = 4 if entity.lora_rank else _weight_bytes(run.precision)
+    return element * (largest if run.optimizer_in_backward else trained)
+
+
+def _autocast_copy(run: RunShape, entity: Entity) -> int:
+    """autocast's bfloat16 copies of a float32 model's matrices (kept for backward, or for a whole generate)."""
+    return 2 * entity.shape.parameters if run.precision == "bf16-mixed" and not entity.lora_rank else 0
+
+
+def _rollout(run: RunShape) -> Dict[str, int]:
+    best: Dict[str, int] = {}
+    element = 4 if run.precision == "fp32" else 2
+    rows = run.items_per_generate * run.num_generations
+    length = run.prompt_tokens + run.max_new_tokens
+    for entity in run.agents:
+        s = entity.shape
+        parts = {
+            "KV cache": rows * length * s.num_layers * 2 * s.kv_width * element,
+            "generation logits + sampler": rows * s.vocab_size * 4 * 4,
+            "prefill layer transient": rows * run.prompt_tokens * (3 * s.intermediate_size + 4 * s.hidden_size) * element,
+            "autocast weight copy (generate)": _autocast_copy(run, entity),
+        }
+        if run.reference_kl:  # the reference scores the rows after generation (the cache is gone by then)
+            scoring = rows * run.max_new_tokens * s.vocab_size * element + LOGPROB_CHUNK_BYTES
+            scoring += rows * length * (3 * s.intermediate_size + 4 * s.hidden_size) * element
+            parts = max(parts, {"reference scoring forward": scoring}, key=lambda p: sum(p.values()))
+        if sum(parts.values()) > sum(best.values()):
+            best = parts
+    return best
+
+
+def _saved_activations(run: RunShape, shape: ModelShape, rows: int, tokens: int) -> int:
+    mode = _mode(run.precision)
+    element = 4 if mode == "fp32" else 2
+    per_layer = shape.activation_bytes_per_token(mode, run.device, tokens)
+    outside = EMBEDDING_OUTPUT_BYTES * shape.hidden_size * rows * tokens
+    if run.gradient_checkpointing:  # layer inputs, plus one layer recomputed during backward
+        return int(rows * tokens * (shape.num_layers * shape.hidden_size * element + per_layer) + outside)
+    return int(rows * tokens * shape.num_layers * per_layer + outside)
+
+
+def _update(run: RunShape) -> Dict[str, int]:
+    element = 4 if run.precision == "fp32" else 2
+    rows = run.micro_batch_rows or run.rows_per_update
+    tokens = run.prompt_tokens + run.max_new_tokens
+    best: Dict[str, int] = {}
+    for entity in run.agents:
+        s = entity.shape
+        parts = {
+            "actor activations": _saved_activations(run, s, rows, tokens),
+            "completion logits": rows * run.max_new_tokens * s.vocab_size * element + LOGPROB_CHUNK_BYTES,
+            "autocast weight copy (update)": _autocast_copy(run, entity),
+            "gradients": _gradient_bytes(run, entity),
+        }
+        if sum(parts.values()) > sum(best.values()):
+            best = parts
+    for entity in run.critics:
+        s = entity.shape
+        length = run.critic_input_tokens or (run.prompt_tokens + (run.max_new_tokens if run.critic_type == "q" else 0))
+        parts = {
+            "critic activations": _saved_activations(run, s, rows, length),
+            "autocast weight copy (update)": _autocast_copy(run, entity),
+            "gradients": _gradient_bytes(run, entity),
+        }
+        if sum(parts.values()) > sum(best.values()):
+            best = parts
+    return best
+
+
+def estimate_memory(run: RunShape) -> MemoryEstimate:
+    """The predicted peak memory of one device holding every model of ``run`` (module docstring)."""
+    if run.precision not in ("fp32", "bf16-mixed", "bf16", "fp16"):
+        raise ValueError(f"precision must be fp32, bf16-mixed, bf16 or fp16. Got {run.precision!r}.")
+    if run.device not in ("cuda", "cpu"):
+        raise ValueError(f"device must be 'cuda' or 'cpu'. Got {run.device!r}.")
+    estimate = MemoryEstimate(_resident(run), _rollout(run), _update(run))
+    return estimate
+
+
+# ----------------------------------------------------------------------------- from trainer configs
+def run_shape(
+    algorithm: str,
+    agent_shapes: Sequence[ModelShape],
+    config: Any,
+    *,
+    agent_sources: Optional[Sequence[str]] = None,
+    critic_shapes: Sequence[ModelShape] = (),
+    critic_sources: Optional[Sequence[str]] = None,
+    prompt_tokens: int = 256,
+    lora_rank: int = 0,
+    lora_targets: Sequence[str] = ("all-linear",),
+    critic_lora_rank: Optional[int] = None,
+    device: str = "cuda",
+) -> RunShape:
+    """A ``RunShape`` from model shapes and a trainer config (``MAGRPOConfig``, ``IACConfig``,
+    ``MAACConfig`` or a plain object with the same fields): the batch arithmetic the trainers use.
+
+    MAGRPO: a step generates ``rollout_buffer_size // nodes`` items per agent (at least 1) at the
+    widest tree level; an optimizer step scores ``train_batch_size`` groups of K completions.
+    IAC/MAAC: a step generates enough items to fill a buffer; an optimizer step scores
+    ``train_batch_size`` samples (one completion each)."""
+    algorithm = algorithm.lower()
+    agent_sources = list(agent_sources or [s.name for s in agent_shapes])
+    k = config.num_generations
+    precision = config.precision or ("bf16-mixed" if device == "cuda" else "fp32")
+    if algorithm == "magrpo":
+        width = k ** (len(agent_shapes) if getattr(config, "joint_mode", "aligned") == "cross" else 1)
+        nodes = sum(width**t for t in range(config.num_turns))
+        items = max(1, config.rollout_buffer_size // nodes)
+        generate_items = items * width ** (config.num_turns - 1)
+        rows = config.train_batch_size * k
+    else:
+        nodes = k * sum(k**t for t in range(config.num_turns))
+        items = max(1, config.rollout_buffer_size // nodes)
+        generate_items = items * k ** (config.num_turns - 1)
+        rows = config.train_batch_size
+    shared_heads = algorithm == "iac" and not getattr(config, "use_separate_critic", True)
+    agents = [Entity(s, src, lora_rank, tuple(lora_targets), value_head=shared_heads) for s, src in zip(agent_shapes, agent_sources)]
+    critic_rank = lora_rank if critic_lora_rank is None else critic_lora_rank
+    critic_sources = list(critic_sources or [s.name for s in critic_shapes])
+    critics = [Entity(s, src, critic_rank, tuple(lora_targets), value_head=True) for s, src in zip(critic_shapes, critic_sources)]
+    critic_tokens = None
+    if algorithm == "maac":
+        per_agent = prompt_tokens + (config.max_new_tokens if config.critic_type == "q" else 0)
+        critic_tokens = per_agent * len(agent_shapes)
+    in_backward = config.optimizer_in_backward if config.optimizer_in_backward is not None else config.max_grad_norm is None
+    return RunShape(
+        agents=agents, critics=critics, algorithm=algorithm, shared_value_heads=shared_heads, critic_type=getattr(config, "critic_type", "v"),
+        num_generations=k, prompt_tokens=prompt_tokens, max_new_tokens=config.max_new_tokens, items_per_generate=generate_items,
+        rows_per_update=rows, micro_batch_rows=config.update_micro_batch_size, critic_input_tokens=critic_tokens,
+        reference_kl=config.reference_kl_enabled, precision=precision, gradient_checkpointing=config.gradient_checkpointing,
+        optimizer=config.optimizer, optimizer_in_backward=in_backward, device=device,
+    )
+
+
+def with_settings(run: RunShape, **changes: Any) -> RunShape:
+    """``run`` with other precision / checkpointing / LoRA settings (``lora_rank`` applies to every entity)."""
+    rank = changes.pop("lora_rank", None)
+    if rank is not None:
+        changes["agents"] = [replace(e, lora_rank=rank) for e in run.agents]
+        changes["critics"] = [replace(e, lora_rank=rank) for e in run.critics]
+    return replace(run, **changes)
+
+
+def shapes_from_sources(sources: Sequence[str]) -> List[ModelShape]:
+    """``ModelShape``s of model ids / directories (their ``config.json`` only) or published names."""
+    from comlrl.training.published import PUBLISHED_MODELS
+
+    shapes = []
+    for source in sources:
+        if source.lower() in PUBLISHED_MODELS:
+            shapes.append(PUBLISHED_MODELS[source.lower()])
+            continue
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(source)
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"no model config for {source!r}: give a directory with config.json, a reachable hub id, or one of "
+                f"{', '.join(sorted(PUBLISHED_MODELS))}. ({exc})"
+            ) from None
+        shapes.append(ModelShape.from_config(config, name=source))
+    return shapes
+
+
+def estimate_from_config(
+    algorithm: str,
+    agents: Sequence[str],
+    config: Any,
+    *,
+    critics: Sequence[str] = (),
+    prompt_tokens: int = 256,
+    lora_rank: int = 0,
+    lora_targets: Sequence[str] = ("all-linear",),
+    device: str = "cuda",
+) -> MemoryEstimate:
+    """``estimate_memory`` of a run described as a trainer is: model ids / directories / published
+    names for the agents (and critics), and the trainer's config object. Critics of the agents'
+    source share its LoRA base."""
+    shapes = shapes_from_sources(agents)
+    critic_shapes = shapes_from_sources(critics)
+    critic_sources = [c if lora_rank else f"critic:{i}:{c}" for i, c in enumerate(critics)]
+    shape = run_shape(
+        algorithm, shapes, config, agent_sources=list(agents), critic_shapes=critic_shapes, critic_sources=critic_sources,
+        prompt_tokens=prompt_tokens, lora_rank=lora_rank, lora_targets=lora_targets, device=device,
+    )
+    return estimate_memory(shape)
