@@ -129,13 +129,17 @@ class TrainerBase(TrainingCheckpointMixin):
         """Frozen references (with reference KL), then one ``PolicyAgent`` per language model and one
         optimizer over each ``trainable`` module (the model itself, or a wrapper adding a value head)."""
         a = self.args
-        self.reference_models = build_references(models, sources, reference_devices) if a.reference_kl_enabled else []
+        self.reference_models = build_references(models, sources, reference_devices) if self._uses_reference_models() else []
         self.policies = [
             PolicyAgent(i, model, tok, device, self.reference_models[i] if self.reference_models else None)
             for i, (model, tok, device) in enumerate(zip(models, self.tokenizers, self.agent_devices))
         ]
         for policy, module in zip(self.policies, trainable):
             policy.optimizer = self._make_optimizer(module.parameters(), a.agent_learning_rate)
+
+    def _uses_reference_models(self) -> bool:
+        """Whether frozen references are built (the reference-KL penalty needs them)."""
+        return bool(self.args.reference_kl_enabled)
 
     def _store_task(self, *, train_dataset: Any, eval_dataset: Any, reward_func: Any, reward_processor: Any, external_transition: Any) -> None:
         self.train_dataset = train_dataset
@@ -208,7 +212,7 @@ class TrainerBase(TrainingCheckpointMixin):
 
     def _run_epochs(self) -> None:
         total = self.args.num_train_epochs
-        length = dataset_length(self.train_dataset)
+        length = self._epoch_length()
         while self.state.epoch < total:
             bar = ProgressBar(
                 total=length, initial=self.state.position, enabled=self.verbose,
@@ -233,9 +237,16 @@ class TrainerBase(TrainingCheckpointMixin):
             self._after_epoch()
             self._checkpoint_after_epoch(self.state.epoch, final=self.state.epoch >= total)
 
+    def _epoch_length(self) -> Optional[int]:
+        """Items one epoch visits (the training dataset's length; None when it has none)."""
+        return dataset_length(self.train_dataset)
+
     def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
-        size = self._items_per_step()
-        dataset = self.train_dataset
+        return self._dataset_steps(self.train_dataset, start, self._items_per_step())
+
+    @staticmethod
+    def _dataset_steps(dataset: Any, start: int, size: int) -> Iterator[Tuple[int, List[Any]]]:
+        """``(position, items)`` of consecutive steps of ``size`` items, from item ``start`` on."""
         if is_map_dataset(dataset):
             length = len(dataset)
             for first in range(start, length, size):
@@ -304,7 +315,7 @@ class TrainerBase(TrainingCheckpointMixin):
                 f"The checkpoint is past epoch {needed - 1} ({epoch} complete, {position} items into the next) but "
                 f"num_train_epochs is {total}; set num_train_epochs >= {needed} to resume it."
             )
-        length = dataset_length(self.train_dataset)
+        length = self._checkpoint_epoch_length(states)
         if length is not None and position > length:
             raise CheckpointError(f"The checkpoint's position ({position} items) is beyond the training dataset ({length} items).")
         identity = manifest.get("wandb")
@@ -314,6 +325,10 @@ class TrainerBase(TrainingCheckpointMixin):
                 f"Cannot replace an external W&B run ({run.run.id}) with the checkpoint's run {identity['id']}: finish "
                 f"the active run first, or pass wandb_config with the id you want."
             )
+
+    def _checkpoint_epoch_length(self, states: Mapping[str, Any]) -> Optional[int]:
+        """The epoch length a checkpoint's position is checked against (before it is restored)."""
+        return dataset_length(self.train_dataset)
 
     def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
         """Drop log rows of the abandoned continuation; continue the checkpoint's W&B run unless
