@@ -19,6 +19,7 @@ from comlrl.trainers.preference.centralized import (
 from comlrl.trainers.preference.config import MADPOConfig, MARLHFConfig
 from comlrl.trainers.preference.iterative_config import MADPOIterConfig, MARLHFIterConfig
 from comlrl.trainers.preference.madpo import MADPOTrainer
+from comlrl.trainers.preference.marlhf import MARLHFTrainer
 
 __all__ = [
     "CentralizedComparatorAdapter",
@@ -29,5 +30,6 @@ __all__ = [
     "MADPOTrainer",
     "MARLHFConfig",
     "MARLHFIterConfig",
+    "MARLHFTrainer",
     "TaggedCentralizedComparatorAdapter",
 ]
