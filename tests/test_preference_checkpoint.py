@@ -1,0 +1,61 @@
+"""Exact resume of the preference trainers: a run resumed from ANY of its checkpoints (after a collection
+step, after collection, after reward learning, after a learning step or epoch, after a round) ends
+bit-identical to the run that was never interrupted."""
+
+import os
+
+import pytest
+from checkpoint_helpers import assert_same_run, make_dataset, seed_everything
+from preference_helpers import make_preference, preference_summary
+
+from comlrl.utils import read_checkpoint_metadata
+
+KINDS = ["madpo", "marlhf-magrpo", "marlhf-iac", "marlhf-maac"]
+
+
+def checkpoints(directory):
+    names = [n for n in os.listdir(directory) if n.startswith("checkpoint-")]
+    return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(n.split("-")[1]))]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_resume_from_every_checkpoint_is_bit_identical(kind, tiny_paths, tmp_path):
+    dataset = make_dataset(4)
+    seed_everything(0)
+    straight = make_preference(kind, tiny_paths, dataset, str(tmp_path / "a"))
+    straight.train()
+    expected = preference_summary(straight)
+    assert expected["pairs"], "the run must collect pairs for the test to mean something"
+
+    seed_everything(0)
+    saved = make_preference(kind, tiny_paths, dataset, str(tmp_path / "b"))
+    directory = str(tmp_path / "ckpts")
+    saved.train(checkpoint_dir=directory, checkpoint_steps=1)
+    assert_same_run(expected, preference_summary(saved))  # checkpoints change nothing the run computes
+    found = checkpoints(directory)
+    phases = [read_checkpoint_metadata(path)["progress"] for path in found]
+    assert len(found) >= 5 and all("global_step" in p for p in phases)
+
+    for path in found:
+        seed_everything(99)  # anything: the checkpoint's RNG state replaces it
+        resumed = make_preference(kind, tiny_paths, dataset, str(tmp_path / "c"))
+        resumed.train(resume_from_checkpoint=path)
+        assert_same_run(expected, preference_summary(resumed))
+
+
+def test_a_finished_run_returns_at_once_and_grows_with_more_epochs(tiny_paths, tmp_path):
+    dataset = make_dataset(4)
+    seed_everything(0)
+    longer = make_preference("madpo", tiny_paths, dataset, num_train_epochs=3)
+    longer.train()
+    seed_everything(0)
+    short = make_preference("madpo", tiny_paths, dataset)
+    directory = str(tmp_path / "ckpts")
+    short.train(checkpoint_dir=directory)
+    final = checkpoints(directory)[-1]
+    again = make_preference("madpo", tiny_paths, dataset)
+    again.train(resume_from_checkpoint=final)
+    assert again.progress.updates == short.progress.updates  # nothing left to do
+    grown = make_preference("madpo", tiny_paths, dataset, num_train_epochs=3)
+    grown.train(resume_from_checkpoint=final)
+    assert_same_run(preference_summary(longer), preference_summary(grown))
