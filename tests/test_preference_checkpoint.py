@@ -10,7 +10,7 @@ from preference_helpers import make_preference, preference_summary
 
 from comlrl.utils import read_checkpoint_metadata
 
-KINDS = ["madpo", "marlhf-magrpo", "marlhf-iac", "marlhf-maac"]
+KINDS = ["madpo", "marlhf-magrpo", "marlhf-iac", "marlhf-maac", "madpo-iter", "marlhf-iter"]
 
 
 def checkpoints(directory):

@@ -18,6 +18,7 @@ from comlrl.trainers.preference.centralized import (
 )
 from comlrl.trainers.preference.config import MADPOConfig, MARLHFConfig
 from comlrl.trainers.preference.iterative_config import MADPOIterConfig, MARLHFIterConfig
+from comlrl.trainers.preference.iterative import MADPOIterTrainer, MARLHFIterTrainer
 from comlrl.trainers.preference.madpo import MADPOTrainer
 from comlrl.trainers.preference.marlhf import MARLHFTrainer
 
@@ -27,9 +28,11 @@ __all__ = [
     "JointRewardModel",
     "MADPOConfig",
     "MADPOIterConfig",
+    "MADPOIterTrainer",
     "MADPOTrainer",
     "MARLHFConfig",
     "MARLHFIterConfig",
+    "MARLHFIterTrainer",
     "MARLHFTrainer",
     "TaggedCentralizedComparatorAdapter",
 ]

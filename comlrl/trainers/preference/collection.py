@@ -48,8 +48,6 @@ class PreferencePair:
     comparator_raw_reward: Optional[float] = None  # iterative: the comparator's side
 
 
-PAIR_RECORDS = (PreferencePair, AgentPreferenceTensors)
-
 
 @dataclass
 class ItemCandidates:

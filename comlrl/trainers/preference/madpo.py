@@ -31,8 +31,8 @@ from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.base import dataset_length
 from comlrl.trainers.preference.centralized import TaggedCentralizedComparatorAdapter, check_adapter
 from comlrl.trainers.preference.collaboration import CentralizedCollaboration, RoleSplittingLogger
+from comlrl.trainers.preference.checkpointing import PAIR_RECORDS, pair_list_check
 from comlrl.trainers.preference.collection import (
-    PAIR_RECORDS,
     AgentPreferenceTensors,
     ItemCandidates,
     PreferencePair,
@@ -333,7 +333,7 @@ class MADPOTrainer(MAGRPOTrainer):
         progress = DataclassState(self.progress)
         components.add_state("preference_progress", progress, check=self._check_progress(progress))
         for name in ("preference_pairs", "_round_pairs"):
-            components.add_state(name.strip("_"), AttributeState(self, name), records=PAIR_RECORDS, check=_pair_list(name))
+            components.add_state(name.strip("_"), AttributeState(self, name), records=PAIR_RECORDS, check=pair_list_check(name))
         components.add_state("epoch_order", AttributeState(self, "_epoch_order"))
         return components
 
@@ -356,10 +356,3 @@ class MADPOTrainer(MAGRPOTrainer):
     def _checkpoint_epoch_length(self, states: Mapping[str, Any]) -> Optional[int]:
         return len(states["preference_pairs"])
 
-
-def _pair_list(name: str):
-    def check(value: Any) -> None:
-        if not isinstance(value, list) or not all(isinstance(p, PreferencePair) for p in value):
-            raise CheckpointError(f"{name} in the checkpoint must be a list of PreferencePair records.")
-
-    return check
