@@ -2,7 +2,14 @@
 step, after collection, after reward learning, after a learning step or epoch, after a round) ends
 bit-identical to the run that was never interrupted."""
 
+import json
 import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 
 import pytest
 from checkpoint_helpers import assert_same_run, make_dataset, seed_everything
@@ -59,3 +66,60 @@ def test_a_finished_run_returns_at_once_and_grows_with_more_epochs(tiny_paths, t
     grown = make_preference("madpo", tiny_paths, dataset, num_train_epochs=3)
     grown.train(resume_from_checkpoint=final)
     assert_same_run(preference_summary(longer), preference_summary(grown))
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, os, sys
+    sys.path.insert(0, {tests!r})
+    import conftest  # offline settings, one thread: exactly what the parent process uses
+    from checkpoint_helpers import make_dataset, seed_everything
+    from preference_helpers import make_preference
+    from comlrl.utils.checkpoint import latest_checkpoint
+
+    kind, paths, root, directory = json.loads(sys.argv[1])
+    seed_everything(0)
+    trainer = make_preference(kind, paths, make_dataset(4), root)
+    resume = True if os.path.isdir(directory) and latest_checkpoint(directory) else None
+    print("ready", flush=True)
+    trainer.train(checkpoint_dir=directory, checkpoint_steps=1, resume_from_checkpoint=resume)
+    print("done", flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["madpo", "marlhf-iter"])
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(kind, tiny_paths, tmp_path):
+    dataset = make_dataset(4)
+    seed_everything(0)
+    straight = make_preference(kind, tiny_paths, dataset, str(tmp_path / "a"))
+    straight.train()
+    expected = preference_summary(straight)
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(tests=os.path.dirname(os.path.abspath(__file__))))
+    directory = tmp_path / "ckpts"
+    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    for target in sorted(rng.sample(range(2, 6 if kind == "madpo" else 12), 2)):
+        argument = json.dumps([kind, tiny_paths, str(tmp_path / "child"), str(directory)])
+        proc = subprocess.Popen([sys.executable, str(script), argument], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+            deadline = time.monotonic() + 180
+            while proc.poll() is None and len(checkpoints(directory) if directory.exists() else []) < target:
+                assert time.monotonic() < deadline, "the training process made no progress"
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.1))
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+    seed_everything(99)
+    resumed = make_preference(kind, tiny_paths, dataset, str(tmp_path / "child"))
+    resumed.train(checkpoint_dir=str(directory), checkpoint_steps=1, resume_from_checkpoint=True)
+    assert_same_run(expected, preference_summary(resumed))
+    if "iter" not in kind:
+        return
+    # the resumed run wrote its own copy of every round's pairs, equal to the uninterrupted run's
+    for r in (1, 2):
+        name = f"iteration_{r:04d}.json"
+        with open(os.path.join(straight.outputs.path("preference_replay"), name)) as a, open(os.path.join(resumed.outputs.path("preference_replay"), name)) as b:
+            assert json.load(a) == json.load(b)

@@ -141,3 +141,27 @@ def test_api_key_never_reaches_records_or_repr():
     assert "sk-secret-123" not in repr(c)
     assert "comparator_api_key" not in c.to_dict()
     assert "sk-secret-123" not in str(config_record(c))
+
+
+def test_public_names():
+    import comlrl.trainers as trainers
+    import comlrl.trainers.preference as preference
+
+    assert set(preference.__all__) == {
+        "MADPOConfig", "MADPOTrainer", "CentralizedComparatorAdapter", "CentralizedComparatorParseError",
+        "TaggedCentralizedComparatorAdapter", "MADPOIterConfig", "MADPOIterTrainer", "MARLHFConfig", "MARLHFTrainer",
+        "MARLHFIterConfig", "MARLHFIterTrainer", "JointRewardModel",
+    }
+    for name in ("MADPOConfig", "MADPOTrainer", "MARLHFConfig", "MARLHFTrainer", "JointRewardModel"):
+        assert getattr(trainers, name) is getattr(preference, name)
+    assert not hasattr(trainers, "MADPOIterTrainer")
+    from comlrl.trainers.preference import centralized, checkpointing, collaboration, iterative, madpo, marlhf  # noqa: F401
+    from comlrl.trainers.reinforce import MAGRPOTrainer
+
+    assert madpo.PreferencePair and madpo.AgentPreferenceTensors and collaboration.CentralizedCollaboration and marlhf.MAACTrainer
+    assert [c.__name__ for c in preference.MARLHFIterTrainer.__mro__[:6]] == [
+        "MARLHFIterTrainer", "MADPOIterTrainer", "MARLHFTrainer", "MADPOTrainer", "MAGRPOTrainer", "TrainerBase"]
+    assert issubclass(preference.MADPOTrainer, MAGRPOTrainer)
+    assert [c.algorithm_name for c in (preference.MADPOTrainer, preference.MARLHFTrainer, preference.MADPOIterTrainer, preference.MARLHFIterTrainer)] == [
+        "MADPO", "MARLHF", "MADPOIter", "MARLHFIter"]
+    assert issubclass(preference.MARLHFConfig, preference.MADPOConfig) and issubclass(preference.MARLHFIterConfig, preference.MARLHFConfig)

@@ -179,3 +179,14 @@ def test_joint_text_format():
         "Joint multi-agent response\n\nAgent 1 prompt:\nP1\n\nAgent 1 response:\nR1\n\nAgent 2 prompt:\nP2\n\nAgent 2 response:\nR2"
     )
     assert joint_text(["P1"], []) == "Joint multi-agent response\n\nAgent 1 prompt:\nP1\n\nAgent 1 response:\n"
+
+
+def test_winners_and_losers_share_one_forward(llama):
+    backbone, tok = llama
+    model = JointRewardModel(backbone)
+    rows = []
+    backbone.model.register_forward_hook(lambda module, args, kwargs, out: rows.append((kwargs["input_ids"].shape[0], torch.is_grad_enabled())), with_kwargs=True)
+    scorer = RewardScorer(model, tok, torch.device("cpu"))
+    winners, losers = ["a b c", "d e", "f"], ["g", "h i", "j k l"]
+    train_bradley_terry(scorer, optimizer_for(model), winners, losers, epochs=1, batch_size=2)
+    assert rows == [(4, True), (2, True)]  # batches of 2 and 1 pairs: 2B rows per forward, no LM head
