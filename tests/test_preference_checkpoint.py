@@ -25,13 +25,18 @@ def checkpoints(directory):
     return [os.path.join(directory, n) for n in sorted(names, key=lambda n: int(n.split("-")[1]))]
 
 
+def straight_run(kind, paths, dataset, root):
+    """The uninterrupted run (seed 0, no checkpoints) and its summary."""
+    seed_everything(0)
+    trainer = make_preference(kind, paths, dataset, root)
+    trainer.train()
+    return trainer, preference_summary(trainer)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_resume_from_every_checkpoint_is_bit_identical(kind, tiny_paths, tmp_path):
     dataset = make_dataset(4)
-    seed_everything(0)
-    straight = make_preference(kind, tiny_paths, dataset, str(tmp_path / "a"))
-    straight.train()
-    expected = preference_summary(straight)
+    straight, expected = straight_run(kind, tiny_paths, dataset, str(tmp_path / "a"))
     assert expected["pairs"], "the run must collect pairs for the test to mean something"
 
     seed_everything(0)
@@ -91,10 +96,7 @@ CHILD = textwrap.dedent(
 @pytest.mark.parametrize("kind", ["madpo", "marlhf-iter"])
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(kind, tiny_paths, tmp_path):
     dataset = make_dataset(4)
-    seed_everything(0)
-    straight = make_preference(kind, tiny_paths, dataset, str(tmp_path / "a"))
-    straight.train()
-    expected = preference_summary(straight)
+    straight, expected = straight_run(kind, tiny_paths, dataset, str(tmp_path / "a"))
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(tests=os.path.dirname(os.path.abspath(__file__))))
     directory = tmp_path / "ckpts"

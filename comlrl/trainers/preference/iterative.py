@@ -49,29 +49,19 @@ class MADPOIterTrainer(MADPOTrainer):
     config_family = MADPOIterConfig
     algorithm_name = "MADPOIter"
 
-    def __init__(
-        self, agent_model: Any = None, agents: Optional[List[Any]] = None, num_agents: Optional[int] = None, tokenizer: Any = None,
-        model_config: Optional[Dict[str, Any]] = None, train_dataset: Any = None, eval_dataset: Any = None, reward_func: Any = None,
-        reward_processor: Any = None, formatters: Any = None, external_transition: Any = None, wandb_config: Optional[Dict[str, Any]] = None,
-        eval_logger: Any = None, eval_aggregator: Any = None, args: Optional[MADPOIterConfig] = None, *,
-        centralized_comparator_adapter: Any = None, **backend: Any,
-    ):
-        args = self._resolve_args(args)
+    def __init__(self, *args: Any, **kwargs: Any):
+        given = self._madpo_arguments(args, kwargs)
+        config, reward_func = self._resolve_args(given["args"]), given["reward_func"]
         self._distribution_range = None
-        if args.log_reward_distribution:
+        if config.log_reward_distribution:
             self._distribution_range = resolve_reward_range(reward_func) if reward_func is not None else None
             if self._distribution_range is None:
                 raise ValueError(
                     "log_reward_distribution=True requires reward_func.reward_range (the histograms' range): declare it with "
                     "comlrl.utils.set_reward_range(reward_func, minimum, maximum)."
                 )
-        self._preference_model_config = check_model_config(model_config)
-        super().__init__(
-            agent_model=agent_model, agents=agents, num_agents=num_agents, tokenizer=tokenizer, model_config=model_config,
-            train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func, reward_processor=reward_processor,
-            formatters=formatters, external_transition=external_transition, wandb_config=wandb_config, eval_logger=eval_logger,
-            eval_aggregator=eval_aggregator, args=args, centralized_comparator_adapter=centralized_comparator_adapter, **backend,
-        )
+        self._preference_model_config = check_model_config(given["model_config"])
+        super().__init__(*args, **kwargs)
         a = self.args
         self.comparator = Comparator(self)
         self.replay = PreferenceReplay(a.preference_replay_mode, a.preference_replay_k, a.preference_replay_lambda, a.preference_replay_sample_size)

@@ -18,6 +18,7 @@ of either phase (docs/checkpoints.md).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -120,6 +121,15 @@ class MADPOTrainer(MAGRPOTrainer):
             self.args.num_agents = roles
 
     # ------------------------------------------------------------------ construction
+    @staticmethod
+    def _madpo_arguments(args: Tuple[Any, ...], kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+        """The ``MADPOTrainer`` arguments among a subclass's ``*args, **kwargs`` (defaults filled in)."""
+        signature = inspect.signature(MADPOTrainer.__init__)
+        known = {k: v for k, v in kwargs.items() if k in signature.parameters}
+        bound = signature.bind(None, *args, **known)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
     def _centralize(self, args, agent_model, agents, num_agents, tokenizer, formatters, reward_func, eval_logger):
         """One joint actor for ``args.num_agents`` roles: checks, then its prompt builder and reward."""
         roles = args.num_agents

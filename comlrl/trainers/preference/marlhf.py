@@ -133,44 +133,18 @@ class MARLHFTrainer(MADPOTrainer):
     config_family = MARLHFConfig
     algorithm_name = "MARLHF"
 
-    def __init__(
-        self,
-        agent_model: Any = None,
-        agents: Optional[List[Any]] = None,
-        num_agents: Optional[int] = None,
-        tokenizer: Any = None,
-        model_config: Optional[Dict[str, Any]] = None,
-        train_dataset: Any = None,
-        eval_dataset: Any = None,
-        reward_func: Any = None,
-        reward_processor: Any = None,
-        formatters: Any = None,
-        external_transition: Any = None,
-        wandb_config: Optional[Dict[str, Any]] = None,
-        eval_logger: Any = None,
-        eval_aggregator: Any = None,
-        args: Optional[MARLHFConfig] = None,
-        *,
-        centralized_comparator_adapter: Any = None,
-        metrics_callback: Any = None,
-        critic_model: Any = None,
-        critics: Optional[List[Any]] = None,
-    ):
-        args = self._resolve_args(args)
+    def __init__(self, *args: Any, metrics_callback: Any = None, critic_model: Any = None, critics: Optional[List[Any]] = None, **kwargs: Any):
+        given = self._madpo_arguments(args, kwargs)
+        config = self._resolve_args(given["args"])
+        agents, agent_model = given["agents"], given["agent_model"]
         first_sources = list(agents) if agents is not None and not isinstance(agents, (str, bytes)) else [agent_model]
-        self.reward_model_source = resolve_reward_model_source(args.reward_model_name, first_sources)
-        self._critic_sources = self._plan_critic_sources(args, critic_model, critics, first_sources)
+        self.reward_model_source = resolve_reward_model_source(config.reward_model_name, first_sources)
+        self._critic_sources = self._plan_critic_sources(config, critic_model, critics, first_sources)
         if metrics_callback is not None and not callable(metrics_callback):
             raise ValueError(f"metrics_callback must be callable (rollouts -> dict), got {type(metrics_callback).__name__}.")
-        super().__init__(
-            agent_model=agent_model, agents=agents, num_agents=num_agents, tokenizer=tokenizer, model_config=model_config,
-            train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func, reward_processor=reward_processor,
-            formatters=formatters, external_transition=external_transition, wandb_config=wandb_config,
-            eval_logger=eval_logger, eval_aggregator=eval_aggregator, args=args,
-            centralized_comparator_adapter=centralized_comparator_adapter,
-        )
+        super().__init__(*args, **kwargs)
+        self._model_config = check_model_config(given["model_config"])
         self.metrics_callback = metrics_callback
-        self._model_config = check_model_config(model_config)
         self._load_reward_model()
         if self.args.uses_actor_critic:
             self._rl: Any = self._build_actor_critic(metrics_callback)
