@@ -125,3 +125,20 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(kind, tiny_paths
         name = f"iteration_{r:04d}.json"
         with open(os.path.join(straight.outputs.path("preference_replay"), name)) as a, open(os.path.join(resumed.outputs.path("preference_replay"), name)) as b:
             assert json.load(a) == json.load(b)
+
+
+def test_a_finished_iterative_run_grows_with_more_rounds(tiny_paths, tmp_path):
+    dataset = make_dataset(4)
+    _, expected = straight_run("madpo-iter", tiny_paths, dataset, str(tmp_path / "a"))  # 2 rounds
+    seed_everything(0)
+    longer = make_preference("madpo-iter", tiny_paths, dataset, str(tmp_path / "b"), num_iterations=3)
+    longer.train()
+    seed_everything(0)
+    short = make_preference("madpo-iter", tiny_paths, dataset, str(tmp_path / "c"), num_iterations=1)
+    directory = str(tmp_path / "ckpts")
+    short.train(checkpoint_dir=directory)
+    final = checkpoints(directory)[-1]
+    grown = make_preference("madpo-iter", tiny_paths, dataset, str(tmp_path / "d"), num_iterations=3)
+    grown.train(resume_from_checkpoint=final)
+    assert_same_run(preference_summary(longer), preference_summary(grown))
+    assert grown.progress.round == 3 and expected["progress"]["round"] == 2
