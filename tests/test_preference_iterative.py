@@ -291,3 +291,42 @@ def test_api_comparator_and_its_key_stays_out_of_files(tiny_paths, prompts_datas
         for name in files:
             with open(os.path.join(root, name), "rb") as handle:
                 assert key.encode() not in handle.read(), os.path.join(root, name)
+
+
+def test_output_folder_precedence(tmp_path, monkeypatch):
+    from comlrl.trainers.preference.output_paths import OutputDirs, configured_dir
+
+    monkeypatch.chdir(tmp_path)
+    wandb = {"output_dir": "/w/out", "config_sections": {"output": {"base_dir": "/w/base"}}, "dir": "/w/dir"}
+    assert configured_dir("preference_replay", "~/mine", wandb, "/run") == os.path.expanduser("~/mine")
+    assert configured_dir("preference_replay", None, wandb, "/run") == "/w/out/preference_replay"
+    assert configured_dir("policy_checkpoints", None, {"config_sections": {"output": {"base_dir": "/w/base"}}, "dir": "/w/dir"}, "/run") == "/w/base/policy_checkpoints"
+    assert configured_dir("reward_distributions", None, {"dir": "/w/dir"}, "/run") == "/w/dir/reward_distributions"
+    assert configured_dir("reward_distributions", None, None, "/run") == "/run/reward_distributions"
+    assert configured_dir("reward_distributions", None, None, None) == str(tmp_path / "reward_distributions")
+    outputs = OutputDirs(None, None, {"preference_replay": str(tmp_path / "r")})
+    assert outputs.path("preference_replay") == str(tmp_path / "r")  # empty or new: used as it is
+    (tmp_path / "r" / "old.json").write_text("{}")
+    outputs.reset(resumed=True)
+    with pytest.warns(UserWarning, match="already holds files"):
+        resumed = outputs.path("preference_replay")
+    assert os.path.basename(resumed).startswith("resume-") and os.path.dirname(resumed) == str(tmp_path / "r")
+
+
+class TaggedClient(FakeCompletionClient):
+    def complete(self, prompt, n, **kwargs):
+        self.requests.append((prompt, n, kwargs.get("agent_idx")))
+        return [f"<agent_1>b</agent_1><agent_2>{'long ' * (j + 1)}</agent_2>" for j in range(n)]
+
+
+def test_api_comparator_centralized(tiny_paths, prompts_dataset, tmp_path, fake_api, monkeypatch):
+    monkeypatch.setattr(sys.modules["comlrl.adapters.completion_api"], "CompletionClient", TaggedClient)
+    TaggedClient.instances = []
+    trainer = madpo_iter(tiny_paths, prompts_dataset, tmp_path, comparator_policy="api", comparator_api_url="http://127.0.0.1:9",
+                         comparator_generation_mode="centralized", num_iterations=1)
+    trainer.train()
+    client = TaggedClient.instances[0]
+    assert len(client.requests) == 4 and all(agent is None for _, _, agent in client.requests)  # one joint request per item
+    assert "Agent 2 original prompt:" in client.requests[0][0]
+    comparator_sides = [p for p in trainer.replay.shards[0].pairs if "b" in (p.winner_completions[0], p.loser_completions[0])]
+    assert comparator_sides and trainer.comparator.unparsed == 0
