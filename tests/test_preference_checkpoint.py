@@ -17,7 +17,8 @@ from preference_helpers import make_preference, preference_summary
 
 from comlrl.utils import read_checkpoint_metadata
 
-KINDS = ["madpo", "marlhf-magrpo", "marlhf-iac", "marlhf-maac", "madpo-iter", "marlhf-iter"]
+KINDS = ["madpo", "marlhf-magrpo", "marlhf-iac", "marlhf-maac", pytest.param("madpo-iter", marks=pytest.mark.slow),
+         pytest.param("marlhf-iter", marks=pytest.mark.slow)]
 
 
 def checkpoints(directory):
@@ -93,6 +94,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["madpo", "marlhf-iter"])
 def test_sigkill_at_random_moments_then_resume_is_bit_identical(kind, tiny_paths, tmp_path):
     dataset = make_dataset(4)
