@@ -104,6 +104,7 @@ class MADPOConfig(RolloutFields):
     collection_batch_size: Optional[int] = None
     """Items whose candidates are generated together: one generate call per agent for
     ``collection_batch_size x preference_num_candidates`` rows, one reward call per item. None:
+    enough items for about 64 rows per call (``64 // preference_num_candidates``), at least
     ``rollout_buffer_size``."""
 
     def __post_init__(self) -> None:

@@ -50,6 +50,7 @@ from comlrl.training.progress import ProgressBar
 __all__ = ["AgentPreferenceTensors", "MADPOConfig", "MADPOTrainer", "PreferencePair", "PreferenceProgress"]
 
 PHASES = ("collect", "reward", "policy")
+GENERATION_ROWS = 64  # default candidates per generate call (collection_batch_size=None)
 
 
 @dataclass
@@ -211,7 +212,8 @@ class MADPOTrainer(MAGRPOTrainer):
 
     # ------------------------------------------------------------------ collection
     def _collection_batch_size(self) -> int:
-        return self.args.collection_batch_size or self.args.rollout_buffer_size
+        a = self.args
+        return a.collection_batch_size or max(a.rollout_buffer_size, GENERATION_ROWS // a.preference_num_candidates)
 
     def _collection_phase(self) -> None:
         """Collect this round's pairs over the training set (resumable at any step)."""
