@@ -31,7 +31,7 @@ import random
 import resource
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 for _key, _value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "1"),
                      ("WANDB_MODE", "disabled"), ("WANDB_SILENT", "true"), ("TOKENIZERS_PARALLELISM", "false")):
@@ -200,6 +200,8 @@ class CountingReward:
         self.seconds = 0.0
         self.rewards: List[float] = []
         self.completions: List[List[str]] = [[] for _ in range(num_agents)]
+        # (perf_counter at the end of each call, joint responses so far): where preference collection ends
+        self._call_ends: List[Tuple[float, int]] = []
 
         def length_ratio_reward(*completions):
             return self.score(completions)
@@ -222,7 +224,9 @@ class CountingReward:
         self.calls += 1
         self.joint += len(rewards)
         self.rewards.extend(rewards)
-        self.seconds += time.perf_counter() - start
+        end = time.perf_counter()
+        self.seconds += end - start
+        self._call_ends.append((end, self.joint))
         return rewards
 
 
@@ -240,6 +244,7 @@ class ModelCounters:
         self.values: Dict[str, Any] = {**{name: 0 for name in self.COUNTS}, **{name: 0.0 for name in self.SECONDS}}
         self._generating = 0
         self._started: List[float] = []
+        self._generate_starts: List[float] = []  # perf_counter at each generate() call
 
     def attach(self, model: Any, pad_token_id: Optional[int]) -> None:
         self._wrap_generate(model, pad_token_id)
@@ -253,6 +258,7 @@ class ModelCounters:
 
         def generate(*args, **kwargs):
             start = time.perf_counter()
+            self._generate_starts.append(start)
             self._generating += 1
             try:
                 output = original(*args, **kwargs)
@@ -338,8 +344,9 @@ def emit(result: Dict[str, Any], json_out: Optional[str]) -> None:
             handle.write(line + "\n")
 
 
-def timed_train(trainer: Any, seed: int, profile: Optional[str]) -> float:
-    """Seconds of ``trainer.train()`` (reseeded first; optionally under cProfile)."""
+def timed_train(trainer: Any, seed: int, profile: Optional[str]) -> Dict[str, float]:
+    """``train_start``/``train_end`` (perf_counter) and ``train_s`` of ``trainer.train()`` (reseeded
+    first; optionally under cProfile)."""
     seed_everything(seed)
     profiler = None
     if profile:
@@ -352,10 +359,10 @@ def timed_train(trainer: Any, seed: int, profile: Optional[str]) -> float:
     trainer.train()
     if profiler is not None:
         profiler.disable()
-    seconds = time.perf_counter() - start
+    end = time.perf_counter()
     if profiler is not None:
         profiler.dump_stats(profile)
-    return seconds
+    return {"train_start": start, "train_end": end, "train_s": end - start}
 
 
 def retokenized(reward: CountingReward, tokenizers: Optional[Sequence[Any]]) -> int:
@@ -368,14 +375,20 @@ def retokenized(reward: CountingReward, tokenizers: Optional[Sequence[Any]]) -> 
 
 def run_and_report(algo: str, args: argparse.Namespace, model_paths: Sequence[str], tokenizers: Any,
                    build_trainer: Callable[[], Any], reward: CountingReward, counters: Optional[ModelCounters],
-                   extra: Optional[Dict[str, Any]] = None, critic_counters: Optional[ModelCounters] = None) -> Dict[str, Any]:
-    """Build the trainer (timed as setup), time ``train()``, print and return the JSON result."""
+                   extra: Optional[Dict[str, Any]] = None, critic_counters: Optional[ModelCounters] = None,
+                   after_train: Optional[Callable[[Any, Dict[str, float]], Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """Build the trainer (timed as setup), time ``train()``, print and return the JSON result.
+
+    ``after_train(trainer, timing)`` (untimed; ``timing`` from ``timed_train``) returns fields added
+    just before ``model_counters`` (an existing key is replaced in place).
+    """
     import torch
 
     start = time.perf_counter()
     trainer = build_trainer()
     setup_s = time.perf_counter() - start
-    train_s = timed_train(trainer, args.seed, args.profile)
+    timing = timed_train(trainer, args.seed, args.profile)
+    train_s = timing["train_s"]
 
     retok = retokenized(reward, tokenizers)
     gen_tokens, gen_source = None, None
@@ -416,5 +429,231 @@ def run_and_report(algo: str, args: argparse.Namespace, model_paths: Sequence[st
         "versions": versions(),
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    if after_train is not None:
+        added = after_train(trainer, timing) or {}
+        merged: Dict[str, Any] = {}
+        for key, value in result.items():
+            if key == "model_counters":
+                merged.update({k: v for k, v in added.items() if k not in result})
+            merged[key] = added.get(key, value)
+        result = merged
     emit(result, args.json_out)
     return result
+
+
+# ---------------------------------------------------------------------------
+# Preference benchmarks (madpo_bench.py, marlhf_bench.py). Additions only: the
+# scripts above do not use anything below.
+# ---------------------------------------------------------------------------
+
+def _int_or_none(text: str) -> Optional[int]:
+    return None if str(text).strip().lower() in {"none", "null", ""} else int(text)
+
+
+def add_preference_args(p: argparse.ArgumentParser) -> None:
+    """Flags shared by the MADPO and MARLHF benchmarks (preference collection)."""
+    p.add_argument("--num-candidates", type=int, default=8,
+                   help="preference_num_candidates: completions per agent and prompt")
+    p.add_argument("--pairs-per-sample", type=_int_or_none, default=4,
+                   help="preference_pairs_per_sample ('none' = unlimited; required with --pair-selection all)")
+    p.add_argument("--pair-selection", default="reward_gap", choices=["reward_gap", "random", "all"])
+    p.add_argument("--top-k", type=int, default=50)
+    p.add_argument("--rollout-buffer-size", type=int, default=2)
+    p.add_argument("--train-batch-size", type=_int_or_none, default=None,
+                   help="train_batch_size (default: the config's, i.e. the rollout buffer size)")
+
+
+def preference_pairs_from_rewards(rewards: Sequence[float], group_size: int,
+                                  limit: Optional[int], mode: str) -> List[int]:
+    """Pairs per prompt implied by the documented selection rule, from the candidate rewards.
+
+    rewards holds the K = group_size candidate scores of each prompt, prompt after prompt.
+    Every ordered (i, j), i != j, with r_i - r_j > 0 strictly is a candidate pair (ties and
+    NaN dropped); all modes but "all" keep at most `limit` of them.
+    """
+    out: List[int] = []
+    for start in range(0, len(rewards) - group_size + 1, group_size):
+        group = [float(x) for x in rewards[start:start + group_size]]
+        n = sum(1 for i, a in enumerate(group) for j, b in enumerate(group) if i != j and a - b > 0)
+        if mode != "all" and limit is not None:
+            n = min(n, int(limit))
+        out.append(n)
+    return out
+
+
+def merge_counters(counters: Sequence[ModelCounters]) -> Optional[Dict[str, Any]]:
+    """Field-wise sum of several ModelCounters.as_dict() (None if there are none)."""
+    if not counters:
+        return None
+    total: Dict[str, Any] = {}
+    for c in counters:
+        for k, v in c.as_dict().items():
+            total[k] = round(total.get(k, 0) + v, 4) if isinstance(v, float) else total.get(k, 0) + v
+    return total
+
+
+class ModelLoadWatcher:
+    """Records from_pretrained() loads of models and tokenizers while active.
+
+    Instrumentation only. While active, the from_pretrained classmethods of transformers'
+    PreTrainedModel and PreTrainedTokenizerBase are wrapped (and restored on exit); every
+    load is recorded (kind, class, source, start time, seconds) and every loaded model gets
+    its own ModelCounters. The scripts load their agent models before entering, so what
+    is recorded is what the trainer loads itself: the MARLHF reward backbone in train(),
+    any reference model, or the agents with --pass-paths.
+    """
+
+    def __init__(self):
+        self.loads: List[Dict[str, Any]] = []
+        self._restore: List[Tuple[Any, Any]] = []
+        self._depth = 0
+
+    def __enter__(self) -> "ModelLoadWatcher":
+        from transformers import PreTrainedModel
+        from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+        for kind, base in (("model", PreTrainedModel), ("tokenizer", PreTrainedTokenizerBase)):
+            orig = base.__dict__.get("from_pretrained")
+            if not isinstance(orig, classmethod):
+                continue
+            base.from_pretrained = classmethod(self._wrap(kind, orig.__func__))
+            self._restore.append((base, orig))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for base, orig in reversed(self._restore):
+            base.from_pretrained = orig
+        self._restore = []
+
+    def _wrap(self, kind: str, func):
+        import functools
+        watcher = self
+
+        @functools.wraps(func)
+        def from_pretrained(cls, *a, **kw):
+            if watcher._depth:
+                return func(cls, *a, **kw)
+            watcher._depth += 1
+            t0 = time.perf_counter()
+            try:
+                obj = func(cls, *a, **kw)
+            finally:
+                watcher._depth -= 1
+            rec: Dict[str, Any] = {
+                "kind": kind, "class": type(obj).__name__,
+                "source": str(a[0] if a else kw.get("pretrained_model_name_or_path")),
+                "start": t0, "seconds": time.perf_counter() - t0, "counters": None,
+            }
+            if kind == "model" and hasattr(obj, "register_forward_hook") and hasattr(obj, "generate"):
+                c = ModelCounters()
+                c.attach(obj, getattr(getattr(obj, "config", None), "pad_token_id", None))
+                rec["counters"] = c
+            watcher.loads.append(rec)
+            return obj
+
+        return from_pretrained
+
+    def summary(self, since: float, until: Optional[float] = None) -> List[Dict[str, Any]]:
+        return [{"kind": r["kind"], "class": r["class"], "source": r["source"],
+                 "seconds": round(r["seconds"], 3)}
+                for r in self.loads if r["start"] >= since and (until is None or r["start"] < until)]
+
+    def counters_since(self, since: float) -> List[ModelCounters]:
+        return [r["counters"] for r in self.loads if r["start"] >= since and r["counters"] is not None]
+
+
+class PreferenceProbe:
+    """What a MADPO/MARLHF run did, observed from outside the trainer.
+
+    - Pairs collected: counted on the list returned by the trainer's
+      ``_build_preference_dataset`` when it has one (a private method of comlrl 1.4.3,
+      wrapped on the instance, source "collect_hook"); also derived from the candidate
+      rewards the reward function returned, with the documented selection rule
+      ("from_rewards"). The scripts add further cross-checks.
+    - Collection end: the end of the reward call that completes num_prompts x K
+      candidate evaluations (collection comes first in every documented flow).
+    """
+
+    def __init__(self, args, reward: CountingReward, counters: Optional[ModelCounters],
+                 watcher: Optional[ModelLoadWatcher] = None):
+        self.args = args
+        self.reward = reward
+        self.counters = counters
+        self.watcher = watcher
+        self.hook_pairs: Optional[int] = None
+        self.hook_calls = 0
+
+    def attach(self, trainer):
+        fn = getattr(trainer, "_build_preference_dataset", None)
+        if callable(fn):
+            probe = self
+
+            def _build_preference_dataset(*a, **kw):
+                pairs = fn(*a, **kw)
+                probe.hook_calls += 1
+                try:
+                    probe.hook_pairs = (probe.hook_pairs or 0) + len(pairs)
+                except TypeError:
+                    pass
+                return pairs
+
+            try:
+                trainer._build_preference_dataset = _build_preference_dataset
+            except Exception:
+                pass
+        return trainer
+
+    @property
+    def expected_candidates(self) -> int:
+        return int(self.args.num_prompts) * int(self.args.num_candidates)
+
+    def collect_end(self, timing: Dict[str, float]) -> Optional[float]:
+        ends = self.reward._call_ends
+        for t, joint in ends:
+            if joint >= self.expected_candidates:
+                return t
+        return ends[-1][0] if ends else None
+
+    def first_generate_after(self, t: Optional[float]) -> Optional[float]:
+        if t is None or self.counters is None:
+            return None
+        later = [s for s in self.counters._generate_starts if s > t]
+        return min(later) if later else None
+
+    def report(self, trainer, timing: Dict[str, float]) -> Dict[str, Any]:
+        t0, t1, train_s = timing["train_start"], timing["train_end"], timing["train_s"]
+        k = int(self.args.num_candidates)
+        collected = self.reward.rewards[:self.expected_candidates]
+        per_item = None
+        if len(collected) == self.expected_candidates:
+            per_item = preference_pairs_from_rewards(collected, k, self.args.pairs_per_sample,
+                                                     self.args.pair_selection)
+        from_rewards = sum(per_item) if per_item is not None else None
+        if self.hook_pairs is not None:
+            pairs, source = self.hook_pairs, "collect_hook"
+        else:
+            pairs, source = from_rewards, "from_rewards"
+        ce = self.collect_end(timing)
+        collect_s = round(ce - t0, 3) if ce is not None else None
+        out: Dict[str, Any] = {
+            "preference_pairs": pairs,
+            "preference_pairs_source": source,
+            "preference_pairs_checks": {"collect_hook": self.hook_pairs,
+                                        "from_rewards": from_rewards,
+                                        "from_rewards_per_prompt": per_item},
+            "collection_candidates": len(collected),
+            "collect_s": collect_s,
+            "collect_candidates_per_s": (round(len(collected) / collect_s, 4)
+                                         if collect_s else None),
+            "trainer_env_step": _jsonable_int(getattr(trainer, "env_step", None)),
+        }
+        if self.watcher is not None:
+            out["loads_in_setup"] = self.watcher.summary(since=-math.inf, until=t0)
+            out["loads_in_train"] = self.watcher.summary(since=t0, until=t1)
+        return out
+
+
+def _jsonable_int(x) -> Optional[int]:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return None

@@ -3,7 +3,7 @@
 # bare-compute floor, REPS times, interleaved so that machine drift hits all three alike.
 #
 #   bash bench/run_compare.sh [smol] [tiny] [hetero]        (default: all three)
-#   ALGOS="magrpo iac-separate iac-shared maac" bash bench/run_compare.sh smol
+#   ALGOS="magrpo iac-separate iac-shared maac madpo marlhf" bash bench/run_compare.sh smol
 #   python bench/summarize.py "$OUT/results.jsonl"
 #
 # Environment (defaults in brackets):
@@ -11,7 +11,7 @@
 #   BASELINE_PY   interpreter with comlrl 1.4.3                               [/work/ref/venv/bin/python]
 #   OURS_PY       interpreter with this project installed                      [/work/venv/bin/python]
 #   FLOOR_PY      interpreter for limit_bench.py (torch + transformers)        [$OURS_PY]
-#   ALGOS [magrpo]  (any of: magrpo iac-separate iac-shared maac; the floor runs for magrpo only)
+#   ALGOS [magrpo]  (any of: magrpo iac-separate iac-shared maac madpo marlhf; the floor runs for magrpo only)
 #   REPS [3]  THREADS [2]  OUT [bench/results/compare-<time>]  FLOOR_ARGS (extra limit_bench flags) []
 # Every run appends one JSON line to $OUT/results.jsonl, labelled <workload>:<algo>:<baseline|ours|floor>;
 # each run's stdout/stderr go to $OUT/logs/. Run nothing else on the machine meanwhile.
@@ -47,14 +47,16 @@ for dir in smollm2-135m-instruct tiny-llama tiny-hetero; do
 done
 
 mkdir -p "$OUT/logs"
-COMMON=(--num-generations 4 --max-new-tokens 32 --num-prompts 4 --epochs 1 --threads "$THREADS")
+COMMON=(--max-new-tokens 32 --num-prompts 4 --epochs 1 --threads "$THREADS")
 algo_args() {  # algo -> script and its own flags (rollout buffers as in the shared harness: MAGRPO 2, AC 8)
   case "$1" in
-    magrpo) echo "magrpo_bench.py --rollout-buffer-size 2" ;;
-    iac-separate) echo "iac_bench.py --critic-mode separate --rollout-buffer-size 8" ;;
-    iac-shared) echo "iac_bench.py --critic-mode shared --rollout-buffer-size 8" ;;
-    maac) echo "maac_bench.py --rollout-buffer-size 8" ;;
-    *) echo "run_compare: unknown algo $1 (magrpo, iac-separate, iac-shared, maac)" >&2; return 2 ;;
+    magrpo) echo "magrpo_bench.py --num-generations 4 --rollout-buffer-size 2" ;;
+    iac-separate) echo "iac_bench.py --num-generations 4 --critic-mode separate --rollout-buffer-size 8" ;;
+    iac-shared) echo "iac_bench.py --num-generations 4 --critic-mode shared --rollout-buffer-size 8" ;;
+    maac) echo "maac_bench.py --num-generations 4 --rollout-buffer-size 8" ;;
+    madpo) echo "madpo_bench.py --num-candidates 8 --pairs-per-sample 4" ;;  # MADPO has no num_generations
+    marlhf) echo "marlhf_bench.py --num-candidates 8 --pairs-per-sample 4 --num-generations 4" ;;
+    *) echo "run_compare: unknown algo $1 (magrpo, iac-separate, iac-shared, maac, madpo, marlhf)" >&2; return 2 ;;
   esac
 }
 for algo in "${ALGO_LIST[@]}"; do algo_args "$algo" > /dev/null; done
@@ -79,7 +81,7 @@ for workload in "${WORKLOADS[@]}"; do
       run "$workload:$algo:baseline" "$BASELINE_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
       run "$workload:$algo:ours" "$OURS_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
       if [ "$algo" = magrpo ]; then
-        run "$workload:$algo:floor" "$FLOOR_PY" limit_bench.py "${MODELS[@]}" "${COMMON[@]}" --rollout-buffer-size 2 "${FLOOR_EXTRA[@]}"
+        run "$workload:$algo:floor" "$FLOOR_PY" limit_bench.py "${MODELS[@]}" "${COMMON[@]}" --num-generations 4 --rollout-buffer-size 2 "${FLOOR_EXTRA[@]}"
       fi
     done
   done

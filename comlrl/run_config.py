@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import yaml
 
-from comlrl.algorithms import ALGORITHMS, Algorithm, algorithm_sections
+from comlrl.algorithms import ALGORITHMS, Algorithm, algorithm_sections, trains_critics
 from comlrl.envs.base import ALIASES, canonical_name, environment_spec, list_environments, option_yaml_paths
 from comlrl.config_values import check_section, check_value, leaves, spec_hint, unknown_keys
 from comlrl.overrides import Override, apply_overrides, parse_overrides, raw_text_of
@@ -336,14 +336,19 @@ def _entities(algorithm: Algorithm, section: str, data: Mapping[str, Any], fixed
     _same("agent_model.name", agent_model, "agents", agents)
     _same("critic_model.name", critic_model, "critics", critics)
     separate = getattr(config, "use_separate_critic", None)
+    if algorithm.family == "preference" and getattr(config, "rl_algorithm", None) != "iac":
+        separate = None  # MARLHF's use_separate_critic belongs to its IAC backend (MAAC: one centralized critic)
     given = "critics" if critics else "critic_model.name" if critic_model else None
-    if algorithm.family == "reinforce" and given:
-        raise ValueError(f"{algorithm.name} trains no critic, but {given} is set; set it to null.")
-    if algorithm.family == "actor_critic":
+    critics_trained = trains_critics(algorithm, config)
+    if not critics_trained and given:
+        what = f" with rl_algorithm={config.rl_algorithm!r}" if algorithm.family == "preference" and hasattr(config, "rl_algorithm") else ""
+        raise ValueError(f"{algorithm.name}{what} trains no critic, but {given} is set; set it to null.")
+    if critics_trained:
         if separate is False and given:
             raise ValueError(f"{given} is set but {section}.use_separate_critic=false puts a value head on each agent; set {given}=None.")
         needed = 0 if separate is False else (1 if separate is None else count)
-        if needed and not given:
+        # MARLHF's critics default to critic_model_name, else the first actor (the trainer's rule)
+        if needed and not given and algorithm.family == "actor_critic":
             raise ValueError(f"{algorithm.name} needs a critic: set critic_model.name, or critics to a list of {needed}.")
         if critics and needed and len(critics) != needed:
             raise ValueError(f"critics lists {len(critics)} models but {algorithm.name} needs {needed}" + (f" (one per agent)." if needed > 1 else " (one centralized critic)."))
@@ -360,7 +365,7 @@ def _same(model_key: str, model: Optional[str], list_key: str, models: Optional[
             )
 
 
-def _model_config(fixed: Mapping[str, Dict[str, Any]], family: str) -> Dict[str, Any]:
+def _model_config(fixed: Mapping[str, Dict[str, Any]], critics_trained: bool) -> Dict[str, Any]:
     from comlrl.models.loading import parse_dtype
 
     agent, critic = fixed["agent_model"], fixed["critic_model"]
@@ -378,7 +383,7 @@ def _model_config(fixed: Mapping[str, Dict[str, Any]], family: str) -> Dict[str,
                 target[key] = values[key]
     if agent.get("special_tokens"):
         out["special_tokens"] = dict(agent["special_tokens"])
-    if family != "actor_critic" or not out["critic_model_kwargs"]:
+    if not critics_trained or not out["critic_model_kwargs"]:
         out.pop("critic_model_kwargs")
     return out
 
@@ -442,7 +447,7 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
         reward_processor = {"scale_factor": processor.get("scale_factor", 1.0), "shift": processor.get("shift") or 0.0}
     return RunPlan(
         algorithm=chosen, config=config, environment=environment, environment_options=options, entities=entities,
-        model_config=_model_config(fixed, chosen.family), dataset=_dataset(data, raws), output=output,
+        model_config=_model_config(fixed, trains_critics(chosen, config)), dataset=_dataset(data, raws), output=output,
         reward_processor=reward_processor, wandb=_wandb(fixed, data, section, environment),
         checkpoint=_checkpoint(fixed["checkpoint"]), seed=seed, source=source, merged=_plain({**data, "seed": seed}),
     )

@@ -26,7 +26,7 @@ import yaml
 
 RUN_FILES = ("config.yaml", "resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
 TENSORBOARD_DIR = "tensorboard"
-SAVED_DIRS = ("agent_0", "agent_1", "critic")
+SAVED_DIRS = ("agent_0", "agent_1", "critic", "reward_model")
 SAVED_FILES = ("model.safetensors", "value_head.pt")  # an agent saved into the folder itself (IAC with one agent)
 MODEL_NAME_KEYS = ("agent_model", "agents", "critic_model", "critics")
 
@@ -158,8 +158,21 @@ def actor_critic_kwargs(plan, parts: Parts) -> Dict[str, Any]:
     )
 
 
+def preference_kwargs(plan, parts: Parts) -> Dict[str, Any]:
+    """MADPO-like constructors take the MAGRPO arguments; MARLHF's actor-critic backends add critics."""
+    from comlrl.algorithms import trains_critics
+
+    kwargs = reinforce_kwargs(plan, parts)
+    if trains_critics(plan.algorithm, plan.config):
+        e = parts.entities
+        kwargs.update(critic_model=e["critic_model"], critics=e["critics"], metrics_callback=parts.rows.metrics_callback)
+    return kwargs
+
+
 # family -> trainer keyword arguments (a new trainer family adds its builder here)
-TRAINER_KWARGS: Dict[str, Callable[[Any, Parts], Dict[str, Any]]] = {"reinforce": reinforce_kwargs, "actor_critic": actor_critic_kwargs}
+TRAINER_KWARGS: Dict[str, Callable[[Any, Parts], Dict[str, Any]]] = {
+    "reinforce": reinforce_kwargs, "actor_critic": actor_critic_kwargs, "preference": preference_kwargs,
+}
 
 
 def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, Any]:
@@ -264,8 +277,14 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
             log(f"comlrl train: agents saved in {plan.output['save_path']}")
     finally:
         trainer.close()
-    if main_process and os.path.exists(os.path.join(plan.run_dir, "metrics.jsonl")):
-        log(f"comlrl train: reward curve {plot_reward_curve(plan.run_dir, overwrite=True)}")
+    metrics_path = os.path.join(plan.run_dir, "metrics.jsonl")
+    if main_process and os.path.exists(metrics_path):
+        from comlrl.training.plotting import curve_series, read_metrics
+
+        if curve_series(read_metrics(metrics_path)):
+            log(f"comlrl train: reward curve {plot_reward_curve(plan.run_dir, overwrite=True)}")
+        else:  # e.g. a preference run whose candidates all tied: no update logged a reward
+            log(f"comlrl train: no reward curve drawn: {metrics_path} holds no turn_k/reward_mean or eval rewards.")
     return trainer
 
 

@@ -86,6 +86,30 @@ def hidden_size_of(model: nn.Module) -> int:
     return int(size)
 
 
+def final_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``[B, L, H]`` last-layer hidden states of a causal LM (after its final norm), without running
+    the LM head: the transformer body (``model.base_model``) when the model has one, else the model
+    itself asked for its hidden states with logits for one position only."""
+    body = getattr(model, "base_model", None)
+    if isinstance(body, nn.Module) and body is not model:
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        accepted = forward_parameters(type(body))
+        if position_ids is not None and "position_ids" in accepted:
+            inputs["position_ids"] = position_ids
+        if "use_cache" in accepted:
+            inputs["use_cache"] = False
+        return body(**inputs).last_hidden_state
+    accepted = model_forward_parameters(model)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True}
+    if "use_cache" in accepted or not accepted:
+        inputs["use_cache"] = False
+    if position_ids is not None and ("position_ids" in accepted or not accepted):
+        inputs["position_ids"] = position_ids
+    if "logits_to_keep" in accepted:
+        inputs["logits_to_keep"] = 1
+    return model(**inputs).hidden_states[-1]
+
+
 class CausalLMWithValueHead(nn.Module):
     """A causal LM backbone (``.model``) with an optional value head (``.value_head``)."""
 
@@ -189,21 +213,7 @@ class CausalLMWithValueHead(nn.Module):
 
     def final_hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``[B, L, H]`` last-layer hidden states (after the final norm), without the LM head."""
-        body = getattr(self.model, "base_model", None)
-        if isinstance(body, nn.Module) and body is not self.model:
-            inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-            accepted = forward_parameters(type(body))
-            if position_ids is not None and "position_ids" in accepted:
-                inputs["position_ids"] = position_ids
-            if "use_cache" in accepted:
-                inputs["use_cache"] = False
-            return body(**inputs).last_hidden_state
-        inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "output_hidden_states": True, "use_cache": False}
-        if position_ids is not None:
-            inputs["position_ids"] = position_ids
-        if "logits_to_keep" in model_forward_parameters(self.model):
-            inputs["logits_to_keep"] = 1
-        return self.model(**inputs).hidden_states[-1]
+        return final_hidden_states(self.model, input_ids, attention_mask, position_ids)
 
     def last_token_values(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``[B]`` float32 value of the last position of each (left-padded) row."""

@@ -21,7 +21,7 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -194,7 +194,11 @@ class RewardFunction:
 
     # ------------------------------------------------------------------ scoring
     def score(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], item: Any) -> List[float]:
-        """Processed rewards of the J joint responses ``(lists[0][j], ..., lists[N-1][j])``.
+        """Processed rewards of the J joint responses ``(lists[0][j], ..., lists[N-1][j])``."""
+        return self.process(self.score_raw(lists, prompts, item))
+
+    def score_raw(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], item: Any) -> List[float]:
+        """The function's own values for the J joint responses, before ``reward_processor``.
 
         The function is called once for all J responses. A function written for one joint response
         per call (it returns a single value for J > 1) is detected on its first call and from then on
@@ -207,7 +211,7 @@ class RewardFunction:
         if not self.per_response:
             values = self.call_raw(lists, prompts, items)
             if len(values) == count:
-                return self.process(values)
+                return values
             if len(values) != 1 or count == 1:
                 raise ValueError(
                     f"reward_func {_describe(self.func)!r} returned {len(values)} values for {count} joint "
@@ -228,7 +232,7 @@ class RewardFunction:
                     f"reward_func {_describe(self.func)!r} returned {len(single)} values for 1 joint response."
                 )
             values.extend(single)
-        return self.process(values)
+        return values
 
     def process(self, values: List[float]) -> List[float]:
         """``reward_processor`` applied to every value (checked to stay a finite number)."""
@@ -239,6 +243,25 @@ class RewardFunction:
             processed = self.processor(value)
             out.append(_to_float(processed, self.processor, index))
         return out
+
+
+def resolve_reward_range(reward_func: Callable[..., Any]) -> Optional[Tuple[float, float]]:
+    """The ``reward_range`` declared on ``reward_func`` (or on what a ``functools.partial`` wraps), else None."""
+    for candidate in (reward_func, getattr(reward_func, "func", None)):
+        declared = getattr(candidate, "reward_range", None)
+        if declared is not None:
+            return checked_reward_range(declared, reward_func)
+    return None
+
+
+def checked_reward_range(value: Any, reward_func: Any) -> Tuple[float, float]:
+    try:
+        low, high = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"reward_range of {reward_func!r} must be two numbers (min, max), got {value!r}.") from None
+    if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+        raise ValueError(f"reward_range must be two finite numbers with min < max, got {value!r}.")
+    return low, high
 
 
 def call_reward_function(

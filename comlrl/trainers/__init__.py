@@ -7,6 +7,7 @@ from comlrl.trainers.actor_critic import (
     MAACConfig,
     MAACTrainer,
 )
+from comlrl.trainers.preference import JointRewardModel, MADPOConfig, MADPOTrainer, MARLHFConfig, MARLHFTrainer
 from comlrl.trainers.reinforce import (
     MAGRPOConfig,
     MAGRPOTrainer,
@@ -22,10 +23,15 @@ __all__ = [
     "ActorCriticTrainerBase",
     "IACConfig",
     "IACTrainer",
+    "JointRewardModel",
     "MAACConfig",
     "MAACTrainer",
+    "MADPOConfig",
+    "MADPOTrainer",
     "MAGRPOConfig",
     "MAGRPOTrainer",
+    "MARLHFConfig",
+    "MARLHFTrainer",
     "MAREINFORCEConfig",
     "MAREINFORCETrainer",
     "MARLOOConfig",

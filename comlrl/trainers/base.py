@@ -110,6 +110,7 @@ class TrainerBase(TrainingCheckpointMixin):
     _sharding: Optional[Sharding] = None  # fsdp=True under torchrun
     _lora: Optional[LoraBases] = None  # the shared frozen bases of LoRA-trained models (``_load_options``)
     precision: Optional[Precision] = None
+    data_parallel = True  # runs under torchrun (trainers that do not refuse it before anything loads)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -130,6 +131,12 @@ class TrainerBase(TrainingCheckpointMixin):
                 "one process; use one of them (see docs/distributed.md)."
             )
         self._dist = DataParallel.current()
+        if self._dist.enabled and not self.data_parallel:
+            raise ValueError(
+                f"{type(self).__name__} does not run under torchrun yet (this process is rank {self._dist.rank} of "
+                f"{self._dist.world_size}): its preference collection and pair updates are not split over processes. "
+                f"Launch it as one process (`python script.py`), with parallel_training='mp' to use several devices."
+            )
         if self._dist.enabled and args.parallel_training == "mp":
             raise ValueError(
                 "parallel_training='mp' (agents on several devices of one process) cannot be combined with torchrun's "
@@ -227,7 +234,7 @@ class TrainerBase(TrainingCheckpointMixin):
         # a trainer that loads its models without _load_options trains as before: float32, no autocast
         precision = self.precision or Precision("fp32", torch.float32)
         frozen = precision.frozen if precision.frozen != precision.weights and isinstance(precision.frozen, torch.dtype) else None
-        self.reference_models = build_references(models, sources, reference_devices, frozen) if a.reference_kl_enabled else []
+        self.reference_models = build_references(models, sources, reference_devices, frozen) if self._uses_reference_models() else []
         if sharding is not None:
             models = [sharding.shard(model) for model in models]
         self.policies = [
@@ -254,6 +261,10 @@ class TrainerBase(TrainingCheckpointMixin):
         require_optional_packages(a)
         self._lora = LoraBases()
         return LoadOptions(self.precision, explicit, a.gradient_checkpointing)
+
+    def _uses_reference_models(self) -> bool:
+        """Whether frozen references are built (the reference-KL penalty needs them)."""
+        return bool(self.args.reference_kl_enabled)
 
     def _store_task(self, *, train_dataset: Any, eval_dataset: Any, reward_func: Any, reward_processor: Any, external_transition: Any) -> None:
         self.train_dataset = train_dataset
@@ -391,7 +402,7 @@ class TrainerBase(TrainingCheckpointMixin):
 
     def _run_epochs(self) -> None:
         total = self.args.num_train_epochs
-        length = dataset_length(self.train_dataset)
+        length = self._epoch_length()
         timer = StepTimer(remaining_steps(length, self._items_per_step(), self.state.epoch, self.state.position, total))
         while self.state.epoch < total:
             bar = ProgressBar(
@@ -421,6 +432,10 @@ class TrainerBase(TrainingCheckpointMixin):
             self._after_epoch()
             self._checkpoint_after_epoch(self.state.epoch, final=self.state.epoch >= total)
 
+    def _epoch_length(self) -> Optional[int]:
+        """Items one epoch visits (the training dataset's length; None when it has none)."""
+        return dataset_length(self.train_dataset)
+
     def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any], bool]]:
         """``(first item index, items, is the epoch's last step)`` for every step from ``start``."""
         pending = None
@@ -432,8 +447,13 @@ class TrainerBase(TrainingCheckpointMixin):
             yield (*pending, True)
 
     def _epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
-        size = self._items_per_step()
-        dataset = self.train_dataset
+        """``(first item index, items)`` of the epoch's steps from ``start`` (trainers that step over
+        something other than the training dataset override this)."""
+        return self._dataset_steps(self.train_dataset, start, self._items_per_step())
+
+    @staticmethod
+    def _dataset_steps(dataset: Any, start: int, size: int) -> Iterator[Tuple[int, List[Any]]]:
+        """``(position, items)`` of consecutive steps of ``size`` items, from item ``start`` on."""
         if is_map_dataset(dataset):
             length = len(dataset)
             for first in range(start, length, size):
@@ -547,7 +567,7 @@ class TrainerBase(TrainingCheckpointMixin):
                 f"The checkpoint is past epoch {needed - 1} ({epoch} complete, {position} items into the next) but "
                 f"num_train_epochs is {total}; set num_train_epochs >= {needed} to resume it."
             )
-        length = dataset_length(self.train_dataset)
+        length = self._checkpoint_epoch_length(states)
         if length is not None and position > length:
             raise CheckpointError(f"The checkpoint's position ({position} items) is beyond the training dataset ({length} items).")
         identity = manifest.get("wandb")
@@ -557,6 +577,10 @@ class TrainerBase(TrainingCheckpointMixin):
                 f"Cannot replace an external W&B run ({run.run.id}) with the checkpoint's run {identity['id']}: finish "
                 f"the active run first, or pass wandb_config with the id you want."
             )
+
+    def _checkpoint_epoch_length(self, states: Mapping[str, Any]) -> Optional[int]:
+        """The epoch length a checkpoint's position is checked against (before it is restored)."""
+        return dataset_length(self.train_dataset)
 
     def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
         """Drop log rows of the abandoned continuation; continue the checkpoint's W&B run unless

@@ -48,6 +48,8 @@ class ConfigBase:
 
     # Fields that may change when a run resumes from a checkpoint (documented in docs/checkpoints.md).
     resumable_fields: ClassVar[FrozenSet[str]] = frozenset()
+    # Credentials: never written to checkpoints, logs or configs on disk (``to_dict`` leaves them out).
+    secret_fields: ClassVar[FrozenSet[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -88,7 +90,8 @@ class ConfigBase:
         return cls(**dict(values))
 
     def to_dict(self) -> Dict[str, Any]:
-        return {name: getattr(self, name) for name in self.field_names()}
+        """Every field except the ``secret_fields`` (credentials)."""
+        return {name: getattr(self, name) for name in self.field_names() if name not in self.secret_fields}
 
 
 # ----------------------------------------------------------------------------- validation helpers

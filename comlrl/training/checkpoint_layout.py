@@ -18,7 +18,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from comlrl.models.saving import make_temp_dir
 from comlrl.training.checkpoint_files import CheckpointError, fsync_dir, read_json
@@ -28,7 +28,10 @@ MANIFEST_FILENAME = "manifest.json"
 STATE_FILENAME = "training_state.pt"  # runtime state: progress, buffers, metrics, callbacks
 RNG_FILENAME = "rng_state.pt"
 FORMAT_NAME = "comlrl-checkpoint"
-_ENTRY = re.compile(r"^checkpoint-(step-)?(\d+)(?:\.v(\d+))?$")
+# checkpoint-<E>, checkpoint-step-<S> and the preference trainers' phase names (checkpoint-collected,
+# checkpoint-round-<R>-epoch-<E>, ...), each optionally with a .v<N> suffix
+# (other checkpoint-* names, e.g. a user's checkpoint-best, are not ours and are left alone)
+_ENTRY = re.compile(r"^checkpoint-(?:step-\d+|\d+|collected|reward-model|round-\d+(?:-collected|-reward-model|-epoch-\d+)?)(?:\.v\d+)?$")
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -125,7 +128,7 @@ def read_checkpoint_metadata(checkpoint: str) -> Dict[str, Any]:
 @dataclass
 class Entry:
     path: str
-    number: int  # the epoch or step of the name
+    numbers: Tuple[int, ...]  # the numbers of the name (epoch, step, round), for ordering entries without a manifest
     run_id: Optional[str]  # None: no readable manifest (foreign, legacy or damaged)
     sequence: Optional[int]
 
@@ -136,6 +139,15 @@ def epoch_checkpoint_name(epoch: int) -> str:
 
 def step_checkpoint_name(global_step: int) -> str:
     return f"checkpoint-step-{global_step}"
+
+
+def phase_checkpoint_name(phase: str, round_number: Optional[int] = None, epoch: Optional[int] = None) -> str:
+    """A preference trainer's commit point: ``checkpoint-<phase>`` (one-round trainers) or
+    ``checkpoint-round-<R>[-<phase>][-epoch-<E>]`` (iterative trainers; R counts from 1)."""
+    parts = ["checkpoint"] + ([f"round-{round_number}"] if round_number is not None else []) + ([phase] if phase else [])
+    if epoch is not None:
+        parts.append(f"epoch-{epoch}")
+    return "-".join(parts)
 
 
 def free_name(directory: str, name: str) -> str:
@@ -164,8 +176,9 @@ def list_entries(directory: str) -> List[Entry]:
             run_id, sequence = manifest["run_id"], manifest["sequence"]
         except (CheckpointError, OSError):
             pass
-        entries.append(Entry(path, int(match.group(2)), run_id, sequence))
-    return sorted(entries, key=lambda e: (e.sequence if e.sequence is not None else -1, e.number, e.path))
+        numbers = tuple(int(n) for n in re.findall(r"\d+", name.split(".v")[0]))
+        entries.append(Entry(path, numbers, run_id, sequence))
+    return sorted(entries, key=lambda e: (e.sequence if e.sequence is not None else -1, e.numbers, e.path))
 
 
 def latest_checkpoint(directory: str) -> Optional[str]:

@@ -296,7 +296,8 @@ def jsonable(value: Any) -> Any:
 
 def config_record(config: Any) -> Dict[str, Any]:
     """``{"class", "fields": {field: JSON value}, "resumable": [...]}`` of a trainer config dataclass."""
-    fields = {f.name: jsonable(getattr(config, f.name)) for f in dataclasses.fields(config) if f.init}
+    secret = getattr(config, "secret_fields", frozenset())  # credentials never reach a checkpoint
+    fields = {f.name: jsonable(getattr(config, f.name)) for f in dataclasses.fields(config) if f.init and f.name not in secret}
     return {"class": type(config).__name__, "fields": fields, "resumable": sorted(config.resumable_fields)}
 
 

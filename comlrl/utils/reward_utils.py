@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Sequence
 
-from comlrl.rollout.rewards import call_reward_function
+from comlrl.rollout.rewards import call_reward_function, checked_reward_range, resolve_reward_range
 
 __all__ = ["call_reward_function", "normalize_reward_lengths", "resolve_reward_range", "set_reward_range"]
 
 
 def set_reward_range(reward_func: Callable[..., Any], minimum: float, maximum: float) -> Callable[..., Any]:
     """Attach ``reward_range = (minimum, maximum)`` to ``reward_func`` (two finite numbers, min < max)."""
-    low, high = _checked_range((minimum, maximum), reward_func)
+    low, high = checked_reward_range((minimum, maximum), reward_func)
     reward_func.reward_range = (low, high)
     return reward_func
-
-
-def resolve_reward_range(reward_func: Callable[..., Any]) -> Optional[Tuple[float, float]]:
-    """The ``reward_range`` declared on ``reward_func`` (or on what a ``functools.partial`` wraps), else None."""
-    for candidate in (reward_func, getattr(reward_func, "func", None)):
-        declared = getattr(candidate, "reward_range", None)
-        if declared is not None:
-            return _checked_range(declared, reward_func)
-    return None
-
-
-def _checked_range(value: Any, reward_func: Any) -> Tuple[float, float]:
-    try:
-        low, high = (float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ValueError(f"reward_range of {reward_func!r} must be two numbers (min, max), got {value!r}.") from None
-    if not (math.isfinite(low) and math.isfinite(high)) or low >= high:
-        raise ValueError(f"reward_range must be two finite numbers with min < max, got {value!r}.")
-    return low, high
 
 
 def normalize_reward_lengths(rewards: Sequence[float], *, num_agents: int, num_generations: int, algorithm: str) -> List[float]:

@@ -132,10 +132,14 @@ class MAGRPOTrainer(TrainerBase):
     def _tree(self, *, num_generations: int, greedy: bool = False, training: bool = True) -> TreeRollout:
         a = self.args
         return self._rollout_tree(
-            reward=self.reward, num_generations=num_generations, joint_mode=a.joint_mode, greedy=greedy,
+            reward=self._rollout_reward(training), num_generations=num_generations, joint_mode=a.joint_mode, greedy=greedy,
             early_termination_threshold=a.early_termination_threshold if training else None,
             reference_kl=training and a.reference_kl_enabled,
         )
+
+    def _rollout_reward(self, training: bool) -> RewardFunction:
+        """The reward rollouts are scored with (MARLHF trains on a learned one, evaluates on the task's)."""
+        return self.reward
 
     def _nodes_per_tree(self) -> int:
         a = self.args
