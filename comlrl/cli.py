@@ -120,7 +120,11 @@ def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
         "CoMLRL's published configurations (docs/gpu.md).",
     )
     parser.add_argument("--published", action="store_true", help="the published configurations' table, then exit")
-    parser.add_argument("--algorithm", choices=["magrpo", "iac", "maac"], default="magrpo")
+    parser.add_argument("--config", default=None, metavar="FILE_OR_NAME",
+                        help="a comlrl train config (file or bundled name): its algorithm, models and trainer settings; "
+                        "--override changes it as in comlrl train")
+    parser.add_argument("--override", nargs="+", default=[], metavar="KEY=VALUE", help="with --config: dotted overrides")
+    parser.add_argument("--algorithm", choices=["magrpo", "iac", "maac"], default=None, help="without --config (default: magrpo)")
     parser.add_argument("--model", action="append", default=[], metavar="MODEL",
                         help="agent model id, directory or published name (qwen3-1.7b, ...); once for all agents or once per agent")
     parser.add_argument("--num-agents", type=int, default=None, help="default: the number of --model values, or 2")
@@ -146,6 +150,11 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.published:
         print(published_table())
         return 0
+    if args.config is not None:
+        return _estimate_run_config(args)
+    if args.override:
+        raise ValueError("--override changes a --config; give --config FILE_OR_NAME, or use --set FIELD=VALUE.")
+    args.algorithm = args.algorithm or "magrpo"
     if not args.model:
         raise ValueError("give --model (an id, a directory or a published name such as qwen3-1.7b), or --published.")
     fields = {}
@@ -162,6 +171,41 @@ def run_estimate(args: argparse.Namespace) -> int:
     config = config_cls.from_dict({"num_agents": count, "num_turns": 1, **arrangement, **fields}, section="--set")
     estimate = estimate_from_config(
         args.algorithm, agents, config, critics=critics, prompt_tokens=args.prompt_tokens, lora_rank=args.lora_rank,
+        lora_targets=[t.strip() for t in args.lora_targets.split(",")], device=args.device,
+    )
+    print(estimate.table())
+    return 0
+
+
+# trainer family of a comlrl train algorithm -> the estimator's algorithm
+_ESTIMATED = {"magrpo": "magrpo", "mareinforce": "magrpo", "marloo": "magrpo", "maremax": "magrpo", "grpo": "magrpo",
+              "iac": "iac", "ac": "iac", "maac": "maac"}
+
+
+def _estimate_run_config(args: argparse.Namespace) -> int:
+    """``comlrl estimate --config``: the run ``comlrl train --config`` would start, estimated."""
+    from comlrl.run_config import plan_from_args
+    from comlrl.train_cli import resolve_model_names
+    from comlrl.training.memory import estimate_from_config
+
+    given = [flag for flag, value in (("--model", args.model), ("--critic-model", args.critic_model), ("--set", args.set),
+                                      ("--num-agents", args.num_agents), ("--value-heads", args.value_heads)) if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} cannot be combined with --config (the config names the models and settings); "
+                         f"change them with --override, e.g. --override agent_model.name=... magrpo.num_generations=4.")
+    plan = plan_from_args(args.config, args.override, algorithm=args.algorithm)
+    algorithm = _ESTIMATED.get(plan.algorithm.name)
+    if algorithm is None:
+        raise ValueError(f"the estimator covers the MAGRPO family, IAC and MAAC; {plan.algorithm.name} is not modelled yet.")
+    e = plan.entities
+    names = resolve_model_names(e, log=lambda message: print(message, file=sys.stderr))
+    agents = list(names["agents"]) if names["agents"] else [names["agent_model"]] * e.num_agents
+    critics: list = []
+    if algorithm != "magrpo" and e.use_separate_critic is not False:
+        wanted = 1 if algorithm == "maac" else e.num_agents
+        critics = list(names["critics"]) if names["critics"] else [names["critic_model"] or agents[0]] * wanted
+    estimate = estimate_from_config(
+        algorithm, agents, plan.config, critics=critics, prompt_tokens=args.prompt_tokens, lora_rank=args.lora_rank,
         lora_targets=[t.strip() for t in args.lora_targets.split(",")], device=args.device,
     )
     print(estimate.table())

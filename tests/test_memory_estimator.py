@@ -165,6 +165,32 @@ def test_estimate_command(capsys, tiny_paths):
     assert "did you mean 'num_generations'" in capsys.readouterr().err
 
 
+def test_estimate_of_a_train_config_is_the_run_that_config_starts(capsys, tiny_paths):
+    """``comlrl estimate --config`` estimates exactly the trainer config ``comlrl train`` would build."""
+    from comlrl.run_config import plan_from_args
+    from comlrl.training.memory import estimate_from_config, published_key
+
+    llama = tiny_paths["llama"]
+    overrides = [f"agent_model.name={llama}", f"critic_model.name={llama}", "maac.num_generations=3", "maac.gradient_checkpointing=true"]
+    assert main(["estimate", "--config", "maac_tldr_config.yaml", "--device", "cpu", "--override", *overrides]) == 0
+    printed = capsys.readouterr().out
+    plan = plan_from_args("maac_tldr_config.yaml", overrides)
+    assert plan.config.num_generations == 3 and plan.config.gradient_checkpointing
+    expected = estimate_from_config("maac", [llama, llama], plan.config, critics=[llama], device="cpu").table()
+    assert printed.strip() == expected.strip()
+    # the bundled configs' hub ids of the published models resolve offline to their shapes
+    assert published_key("Qwen/Qwen3-4B-Instruct-2507") == "qwen3-4b" and published_key("Qwen/Qwen2.5-1.5B-Instruct") == "qwen2.5-1.5b"
+    assert published_key("Qwen/Qwen3-8B") is None
+    assert main(["estimate", "--config", "magrpo_tldr_config.yaml"]) == 0 and "predicted peak" in capsys.readouterr().out
+    # flags that the config already answers, and algorithms the estimator does not model, are refused
+    assert main(["estimate", "--config", "magrpo_tldr_config.yaml", "--model", llama]) == 2
+    assert "--model cannot be combined with --config" in capsys.readouterr().err
+    assert main(["estimate", "--config", "madpo_iter_che_config.yaml"]) == 2
+    assert "madpo_iter is not modelled yet" in capsys.readouterr().err
+    assert main(["estimate", "--model", llama, "--override", "magrpo.num_generations=2"]) == 2
+    assert "--override changes a --config" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/work/models/tiny-llama"), reason="needs /work/models/tiny-llama")
 def test_estimate_is_within_15_percent_of_a_measured_run():

@@ -703,8 +703,9 @@ class TrainerBase(TrainingCheckpointMixin):
         it continues training), or with ``merge_adapters=True`` the merged full model. Existing
         non-empty folders are refused unless ``overwrite=True``. A W&B run stays open.
         """
-        models = [export_view(self._export_model(model), merge_adapters) for model in self.agents]
-        states = [full_model_state(model) if is_sharded(model) else None for model in models]  # collective
+        exported = [self._export_model(model) for model in self.agents]
+        states = [full_model_state(model) if is_sharded(model) else None for model in exported]  # collective
+        models = [export_view(model, merge_adapters) for model in exported]
         if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
             targets = self._agent_export_dirs(output_dir)
             for target in targets:

@@ -26,6 +26,8 @@ log-sum-exp on CUDA (memory-efficient kernels). Prompt length is an input: confi
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -394,14 +396,25 @@ def with_settings(run: RunShape, **changes: Any) -> RunShape:
     return replace(run, **changes)
 
 
+def published_key(source: str) -> Optional[str]:
+    """The ``PUBLISHED_MODELS`` key of a published name or of its hub ids (``Qwen/Qwen3-1.7B``,
+    ``Qwen/Qwen2.5-1.5B-Instruct``, ``Qwen/Qwen3-4B-Instruct-2507``: instruct and base share a shape), else None."""
+    from comlrl.training.published import PUBLISHED_MODELS
+
+    key = source.lower().removeprefix("qwen/")
+    key = re.sub(r"-instruct(-\d+)?$", "", key)
+    return key if key in PUBLISHED_MODELS else None
+
+
 def shapes_from_sources(sources: Sequence[str]) -> List[ModelShape]:
     """``ModelShape``s of model ids / directories (their ``config.json`` only) or published names."""
     from comlrl.training.published import PUBLISHED_MODELS
 
     shapes = []
     for source in sources:
-        if source.lower() in PUBLISHED_MODELS:
-            shapes.append(PUBLISHED_MODELS[source.lower()])
+        published = None if os.path.isdir(source) else published_key(source)
+        if published is not None:
+            shapes.append(PUBLISHED_MODELS[published])
             continue
         from transformers import AutoConfig
 
