@@ -79,6 +79,22 @@ def test_incompatible_config_is_refused_with_the_fields_named(tiny_paths, datase
     )
 
 
+def test_a_field_newer_than_the_checkpoint_is_accepted_at_its_default(tiny_paths, dataset, saved, tmp_path):
+    """A checkpoint of an older comlrl lacks the fields added since: they match while this run keeps
+    their defaults (the older behaviour) and are named when it does not."""
+    path = copy_of(saved, tmp_path)
+    manifest_path = os.path.join(path, "manifest.json")
+    manifest = json.load(open(manifest_path))
+    for name in ("optimizer", "vllm_gpu_memory_utilization"):  # fields the GPU path added
+        del manifest["config"]["fields"][name]
+    json.dump(manifest, open(manifest_path, "w"))
+    trainer = make_magrpo(tiny_paths, dataset)
+    trainer.load_checkpoint(path)
+    assert trainer.state.epoch == 1 and trainer.state.position == 1
+    refused_without_change(make_magrpo(tiny_paths, dataset, vllm_gpu_memory_utilization=0.5), path, CheckpointError,
+                           r"vllm_gpu_memory_utilization \(checkpoint '<absent>', this run 0\.5\)")
+
+
 def test_other_model_dtype_is_refused(tiny_paths, dataset, saved):
     trainer = make_magrpo(tiny_paths, dataset, model_config={"dtype": "bfloat16"})
     refused_without_change(trainer, saved, CheckpointError, r"Model 'agents\.0' differs .*float32\[.*\] in the checkpoint, bfloat16\[")

@@ -48,6 +48,7 @@ from comlrl.training.checkpoint_state import (
     CheckpointComponents,
     capture_rng_state,
     check_rng_state,
+    config_defaults,
     config_differences,
     config_record,
     dataset_info,
@@ -466,7 +467,7 @@ class TrainingCheckpointMixin:
                 f"Resume it with the same trainer class."
             )
         current = self._checkpoint_identity()
-        diffs = config_differences(manifest["config"], current["config"])
+        diffs = config_differences(manifest["config"], current["config"], config_defaults(self.args))
         if diffs:
             allowed = ", ".join(current["config"]["resumable"]) or "none"
             raise CheckpointError(

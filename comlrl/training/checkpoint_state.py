@@ -301,9 +301,25 @@ def config_record(config: Any) -> Dict[str, Any]:
     return {"class": type(config).__name__, "fields": fields, "resumable": sorted(config.resumable_fields)}
 
 
-def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> List[str]:
-    """Fields that differ between two ``config_record``s, except the current config's resumable ones."""
+def config_defaults(config: Any) -> Dict[str, Any]:
+    """``{field: JSON value of its default}`` of a trainer config dataclass (fields with a default)."""
+    out = {}
+    for f in dataclasses.fields(config):
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = jsonable(f.default)
+        elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+            out[f.name] = jsonable(f.default_factory())  # type: ignore[misc]
+    return out
+
+
+def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any], defaults: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """Fields that differ between two ``config_record``s, except the current config's resumable ones.
+
+    A field the checkpoint does not record (written by an older comlrl, before the field existed) is
+    no difference while the current value is the field's default in ``defaults``: that is the
+    behaviour the older version had."""
     allowed = set(current["resumable"])
+    defaults = defaults or {}
     diffs = []
     if saved["class"] != current["class"]:
         diffs.append(f"config class (checkpoint {saved['class']}, this run {current['class']})")
@@ -311,6 +327,8 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
         if name in allowed:
             continue
         old, new = saved["fields"].get(name, "<absent>"), current["fields"].get(name, "<absent>")
+        if name not in saved["fields"] and name in defaults and new == defaults[name]:
+            continue
         if old != new:
             diffs.append(f"{name} (checkpoint {old!r}, this run {new!r})")
     return diffs
