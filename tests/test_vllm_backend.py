@@ -177,3 +177,8 @@ def test_the_real_engine_needs_vllm():
         pytest.skip("vLLM is installed here")
     with pytest.raises(ImportError, match=r"pip install 'comlrl\[vllm\]'"):
         MAGRPOTrainer(agent_model="/nonexistent/model", reward_func=length_ratio, args=MAGRPOConfig(num_turns=1, generation_backend="vllm"))
+
+
+def test_vllm_with_fsdp_is_refused_by_the_config():
+    with pytest.raises(ValueError, match=r"generation_backend='vllm' keeps a full copy .* fsdp=True"):
+        MAGRPOConfig(num_turns=1, generation_backend="vllm", fsdp=True)

@@ -261,6 +261,12 @@ class CommonTrainingFields(ConfigBase):
         require_choice(self, "optimizer", OPTIMIZERS, {"adamw8bit": "adamw_8bit", "adamw-8bit": "adamw_8bit"})
         require_choice(self, "generation_backend", GENERATION_BACKENDS)
         require_in_range(self, "vllm_gpu_memory_utilization", 0.0, 1.0, low_open=True)
+        if self.fsdp and self.generation_backend == "vllm":
+            raise ValueError(
+                "generation_backend='vllm' keeps a full copy of each agent's weights in its engine, which fsdp=True exists "
+                "to avoid (and the engine's weight sync reads unsharded parameters); use generation_backend='hf' with fsdp=True, "
+                "or fsdp=False with vLLM."
+            )
 
 
 # Fields of every RL config that may differ between a checkpoint and the run that resumes it.
