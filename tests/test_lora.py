@@ -27,12 +27,22 @@ def lora_args(**overrides):
     return MAGRPOConfig(**{**base, **overrides})
 
 
-def eos_logprob(model, tok, prompts):
-    """Mean log-probability of ending at once, over the prompts."""
+def mean_length(model, tok, prompts, n=64):
+    """Mean sampled completion length in tokens (up to EOS, at most 6) over the prompts, n samples each."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(123)
+    total = 0.0
     with torch.no_grad():
-        rows = [torch.log_softmax(model(input_ids=torch.tensor([tok(p).input_ids])).logits[0, -1], -1)[tok.eos_token_id]
-                for p in prompts]
-    return float(torch.stack(rows).mean())
+        for prompt in prompts:
+            ids = torch.tensor([tok(prompt).input_ids])
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=6,
+                                 num_return_sequences=n, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, top_k=0,
+                                 top_p=1.0, temperature=1.0)[:, ids.shape[1]:]
+            ended = out == tok.eos_token_id
+            first = torch.where(ended.any(1), ended.int().argmax(1), torch.full((n,), out.shape[1]))
+            total += float(first.float().mean())
+    torch.random.set_rng_state(generator_state)
+    return total / len(prompts)
 
 
 def base_tensors(trainer):
@@ -62,7 +72,9 @@ def eos_biased_dir(tiny_paths, tmp_path_factory):
 
 def test_two_agents_share_one_frozen_base_and_learn_opposite_things(eos_biased_dir, prompts_dataset):
     """Agent 0 is rewarded for short answers, agent 1 for long ones: through one shared base, agent 0's
-    adapter raises P(EOS) and agent 1's lowers it, and the base does not change."""
+    adapter shortens its sampled completions and agent 1's lengthens them, and the base does not change.
+    (Lengths are measured by sampling, over every position: the first position's P(EOS) alone is
+    nearly 0 or 1 per prompt for this model, so it cannot show what agent 0 learns.)"""
     tok = AutoTokenizer.from_pretrained(eos_biased_dir)
     prompts = list(prompts_dataset["prompt"])
 
@@ -70,7 +82,7 @@ def test_two_agents_share_one_frozen_base_and_learn_opposite_things(eos_biased_d
         return [-float(len(a)) + float(len(b)) for a, b in zip(short, long)]
 
     trainer = MAGRPOTrainer(agent_model=eos_biased_dir, num_agents=2, reward_func=reward, train_dataset=prompts_dataset,
-                            args=lora_args(num_train_epochs=3, max_new_tokens=6), peft_config=LORA)
+                            args=lora_args(num_train_epochs=3, max_new_tokens=6, num_generations=8), peft_config=LORA)
     a0, a1 = trainer.agents
     assert isinstance(a0, AdapterModel) and a0.shared is a1.shared
     # memory of the base is counted once: both agents run the very same weight storage
@@ -84,10 +96,10 @@ def test_two_agents_share_one_frozen_base_and_learn_opposite_things(eos_biased_d
     assert not {id(p) for p in a0.parameters()} & {id(p) for p in a1.parameters()}
 
     base_before = base_tensors(trainer)
-    before = [eos_logprob(a, tok, prompts) for a in trainer.agents]
+    before = [mean_length(a, tok, prompts) for a in trainer.agents]
     trainer.train()
-    after = [eos_logprob(a, tok, prompts) for a in trainer.agents]
-    assert after[0] > before[0] + 0.05 and after[1] < before[1] - 0.05, (before, after)
+    after = [mean_length(a, tok, prompts) for a in trainer.agents]
+    assert after[0] < before[0] - 0.3 and after[1] > before[1] + 0.3, (before, after)
     for name, value in base_tensors(trainer).items():
         assert torch.equal(value, base_before[name]), name
 
