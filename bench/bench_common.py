@@ -146,6 +146,18 @@ def load_models_and_tokenizers(paths: Sequence[str]):
 # ----------------------------------------------------------------------------- the workload
 
 
+def load_instrumented(args: argparse.Namespace, paths: Sequence[str]):
+    """``(models, tokenizers, counters)``: the models loaded once, with call counters attached unless
+    the trainer gets paths (``--pass-paths``) or ``--no-instrument`` (counters None)."""
+    models, tokenizers = load_models_and_tokenizers(paths)
+    counters = None
+    if not (args.pass_paths or args.no_instrument):
+        counters = ModelCounters()
+        for model, tokenizer in zip(models, tokenizers):
+            counters.attach(model, tokenizer.pad_token_id)
+    return models, tokenizers, counters
+
+
 def make_dataset(num_prompts: int):
     from datasets import Dataset
 
@@ -461,6 +473,17 @@ def add_preference_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout-buffer-size", type=int, default=2)
     p.add_argument("--train-batch-size", type=_int_or_none, default=None,
                    help="train_batch_size (default: the config's, i.e. the rollout buffer size)")
+
+
+def preference_config_fields(args: argparse.Namespace) -> Dict[str, Any]:
+    """The config fields MADPO and MARLHF benchmarks share (the workload's sampling, batching and pairs)."""
+    return dict(
+        num_agents=args.num_agents, num_turns=1, num_train_epochs=args.epochs, agent_learning_rate=args.lr, logging_steps=10**9,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+        rollout_buffer_size=args.rollout_buffer_size, train_batch_size=args.train_batch_size, eval_interval=0,
+        preference_num_candidates=args.num_candidates, preference_pairs_per_sample=args.pairs_per_sample,
+        pair_selection=args.pair_selection,
+    )
 
 
 def preference_pairs_from_rewards(rewards: Sequence[float], group_size: int,

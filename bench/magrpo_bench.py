@@ -28,12 +28,7 @@ def main(argv=None) -> None:
 
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-    models, tokenizers = bc.load_models_and_tokenizers(paths)
-    counters = None
-    if not (args.pass_paths or args.no_instrument):
-        counters = bc.ModelCounters()
-        for model, tokenizer in zip(models, tokenizers):
-            counters.attach(model, tokenizer.pad_token_id)
+    models, tokenizers, counters = bc.load_instrumented(args, paths)
     reward = bc.CountingReward(args.num_agents)
     config = MAGRPOConfig(
         num_agents=args.num_agents,

@@ -103,7 +103,9 @@ class AgentOptimizer:
         grad = param.grad
         if self.grad_sync is not None:
             self.grad_sync(grad)
-        square = grad.detach().float().pow(2).sum()
+        flat = grad.detach().reshape(-1)
+        flat = flat if flat.dtype == torch.float32 else flat.float()
+        square = torch.dot(flat, flat)  # a fused multiply-add: no squared copy of the gradient
         self._sq_norm = square if self._sq_norm is None else self._sq_norm + square
         if not torch.isfinite(square):
             self._nonfinite.append(str(tuple(param.shape)))
