@@ -57,7 +57,7 @@ def test_current_comparator_samples_on_its_own_stream(tiny_paths, prompts_datase
         torch.manual_seed(0)
         trainer = madpo_iter(tiny_paths, prompts_dataset, tmp_path / str(candidates), num_iterations=1, comparator_num_candidates=candidates)
         original = trainer.policies[0].generator.generate
-        trainer.policies[0].generator.generate = lambda p, k, s, _o=original: seen.append(_o(p, k, s)) or seen[-1]
+        trainer.policies[0].generator.generate = lambda p, k, s, seeds=None, _o=original: seen.append(_o(p, k, s, seeds)) or seen[-1]
         trainer.train()
         runs.append([c.tolist() for c in seen[0].tokens])
         seen.clear()
