@@ -41,6 +41,19 @@ def adamw_8bit(groups, **hyper) -> torch.optim.Optimizer:
     return bnb.optim.AdamW8bit(groups, **hyper)
 
 
+def backward_together(optimizers: Iterable["AgentOptimizer"], loss: torch.Tensor) -> None:
+    """One backward of ``loss`` through several models' graphs, as every optimizer's last micro-batch
+    (each in-backward optimizer steps its parameters as their gradients complete)."""
+    optimizers = list(optimizers)
+    for optimizer in optimizers:
+        optimizer._armed = optimizer.in_backward
+    try:
+        loss.backward()
+    finally:
+        for optimizer in optimizers:
+            optimizer._armed = False
+
+
 class AgentOptimizer:
     def __init__(
         self,

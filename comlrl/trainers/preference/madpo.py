@@ -46,6 +46,7 @@ from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
 from comlrl.training import checkpoint_layout as layout
 from comlrl.training.checkpoint_files import CheckpointError
 from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
+from comlrl.training.optim import backward_together
 from comlrl.training.progress import ProgressBar
 
 __all__ = ["AgentPreferenceTensors", "MADPOConfig", "MADPOTrainer", "PreferencePair", "PreferenceProgress"]
@@ -324,17 +325,57 @@ class MADPOTrainer(MAGRPOTrainer):
             margins.append(delta.detach().float().cpu())
         return torch.cat(margins)
 
+    def _joint_margins(self, pairs: Sequence[PreferencePair]) -> List[torch.Tensor]:
+        """Every agent's ``Delta_i`` with its graph (one forward per agent over winners and losers),
+        then one backward of the joint loss through all of them: n forwards for n agents."""
+        deltas = []
+        for agent, policy in enumerate(self.policies):
+            policy.model.eval()  # no dropout: the scored distribution is the model's own
+            part = [pair.agent_tensors[agent] for pair in pairs]
+            batch = build_sequence_batch([t.prompt_input_ids for t in part] * 2,
+                                         [t.winner_completion_ids for t in part] + [t.loser_completion_ids for t in part],
+                                         policy.pad_id, policy.device)
+            logps = sequence_logprobs(score_completions(policy.model, batch).logprobs, batch.mask)
+            delta = logps[: len(part)] - logps[len(part) :]
+            if not bool(torch.isfinite(delta.detach()).all()):
+                raise FloatingPointError(
+                    f"{self.algorithm_name} agent {agent} (update {self.progress.updates}): its log-likelihood margins are not "
+                    f"finite ({delta.detach().float().cpu().tolist()[:4]}). Lower agent_learning_rate or dpo_beta, or set max_grad_norm."
+                )
+            deltas.append(delta)
+        loss = joint_margin_loss(sum(d.float().cpu() for d in deltas), self.args.dpo_beta)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"{self.algorithm_name} (update {self.progress.updates}): the joint loss is {float(loss.detach())}. "
+                f"Lower agent_learning_rate or dpo_beta, or set max_grad_norm."
+            )
+        backward_together([policy.optimizer for policy in self.policies], loss)
+        return [d.detach().float().cpu() for d in deltas]
+
     def _madpo_update(self, pairs: List[PreferencePair]) -> Dict[str, float]:
-        """One step per agent on ``-log sigmoid(beta * sum_i Delta_i)`` (see the module docstring)."""
-        n, beta = self.num_agents, self.args.dpo_beta
-        deltas: List[Optional[torch.Tensor]] = [None] + [self._pair_margins(i, pairs) for i in range(1, n)]
+        """One step per agent on ``-log sigmoid(beta * sum_i Delta_i)`` (see the module docstring).
+
+        Without micro-batches every agent's graph is kept until one joint backward (n forwards);
+        with ``update_micro_batch_size`` smaller than the batch the agents step one after another,
+        each micro-batch backpropagated at once, the other agents' margins computed first without
+        gradient (2n - 1 forwards). Both give each agent the gradient of the joint loss at the
+        weights the update started from."""
+        n = self.num_agents
+        size = self.args.update_micro_batch_size
         metrics: Dict[str, float] = {}
+        if size is None or size >= len(pairs):
+            deltas: List[Optional[torch.Tensor]] = list(self._joint_margins(pairs))
+            for i in range(n):
+                metrics[f"agent_{i}/grad_norm"] = self.policies[i].optimizer.step(f"{self.algorithm_name} agent {i} (update {self.progress.updates})")
+        else:
+            deltas = [None] + [self._pair_margins(i, pairs) for i in range(1, n)]
+            for i in range(n):
+                others = sum((deltas[j] for j in range(n) if j != i), torch.zeros(len(pairs)))
+                deltas[i] = self._pair_margins(i, pairs, others=others)
+                metrics[f"agent_{i}/grad_norm"] = self.policies[i].optimizer.step(f"{self.algorithm_name} agent {i} (update {self.progress.updates})")
         for i in range(n):
-            others = sum((deltas[j] for j in range(n) if j != i), torch.zeros(len(pairs)))
-            deltas[i] = self._pair_margins(i, pairs, others=others)
-            label = f"{self.algorithm_name} agent {i} (update {self.progress.updates})"
-            metrics[f"agent_{i}/grad_norm"] = self.policies[i].optimizer.step(label)
             metrics[f"agent_{i}/logp_margin"] = float(deltas[i].mean())
+        beta = self.args.dpo_beta
         joint = torch.stack(deltas).sum(dim=0)
         reward_mean = sum(p.candidate_reward_mean for p in pairs) / len(pairs)
         metrics.update({
