@@ -54,7 +54,15 @@ def test_one_update_forward_layout(tiny_paths, prompts_dataset):
     pairs = trainer.preference_pairs[:2]
     forwards = [count(agent, "forward") for agent in trainer.agents]
     trainer._madpo_update(pairs)
-    # one forward with gradient per agent over winners and losers (2 pairs -> 4 rows), one joint backward
+    # both agents on the CPU: one graph at a time. Agent 1's margins first without gradient (for
+    # agent 0's step), then one forward with gradient per agent over winners and losers (4 rows)
+    assert not trainer._joint_backward(pairs)
+    assert forwards[0] == [(4, True)] and forwards[1] == [(4, False), (4, True)]
+    # agents on devices of their own: one forward with gradient each, one joint backward
+    joint = make(tiny_paths, prompts_dataset, train_batch_size=2)
+    joint._joint_backward = lambda _pairs: True
+    forwards = [count(agent, "forward") for agent in joint.agents]
+    joint._madpo_update(pairs)
     assert forwards == [[(4, True)], [(4, True)]]
     micro = make(tiny_paths, prompts_dataset, train_batch_size=2, update_micro_batch_size=1)
     forwards = [count(agent, "forward") for agent in micro.agents]
@@ -72,8 +80,10 @@ def test_joint_and_micro_batched_updates_agree(tiny_paths, prompts_dataset):
     trainer.train()
     pairs = trainer.preference_pairs[:2]
     results = []
-    for micro in (None, 1):
-        seeded = make(tiny_paths, prompts_dataset, train_batch_size=2, update_micro_batch_size=micro, agent_learning_rate=5e-3)
+    for joint in (True, False):
+        seeded = make(tiny_paths, prompts_dataset, train_batch_size=2, update_micro_batch_size=None if joint else 1,
+                      agent_learning_rate=5e-3)
+        seeded._joint_backward = lambda _pairs, _joint=joint: _joint
         metrics = seeded._madpo_update(pairs)
         results.append(([snapshot(a) for a in seeded.agents], metrics))
     (joint, m_joint), (micro, m_micro) = results

@@ -325,6 +325,14 @@ class MADPOTrainer(MAGRPOTrainer):
             margins.append(delta.detach().float().cpu())
         return torch.cat(margins)
 
+    def _joint_backward(self, pairs: Sequence[PreferencePair]) -> bool:
+        """One joint backward when it costs no device extra memory: every agent on a device of its
+        own (each device then holds one graph either way) and no micro-batching asked for. Agents
+        sharing a device (the CPU) step one after another, so that one graph is alive at a time."""
+        size = self.args.update_micro_batch_size
+        devices = [str(policy.device) for policy in self.policies]
+        return (size is None or size >= len(pairs)) and len(set(devices)) == len(devices)
+
     def _joint_margins(self, pairs: Sequence[PreferencePair]) -> List[torch.Tensor]:
         """Every agent's ``Delta_i`` with its graph (one forward per agent over winners and losers),
         then one backward of the joint loss through all of them: n forwards for n agents."""
@@ -355,15 +363,14 @@ class MADPOTrainer(MAGRPOTrainer):
     def _madpo_update(self, pairs: List[PreferencePair]) -> Dict[str, float]:
         """One step per agent on ``-log sigmoid(beta * sum_i Delta_i)`` (see the module docstring).
 
-        Without micro-batches every agent's graph is kept until one joint backward (n forwards);
-        with ``update_micro_batch_size`` smaller than the batch the agents step one after another,
-        each micro-batch backpropagated at once, the other agents' margins computed first without
-        gradient (2n - 1 forwards). Both give each agent the gradient of the joint loss at the
-        weights the update started from."""
+        ``_joint_backward``: every agent's graph is kept until one joint backward (n forwards).
+        Otherwise the agents step one after another, each micro-batch backpropagated at once, the
+        other agents' margins computed first without gradient (2n - 1 forwards, one graph alive at a
+        time). Both give each agent the gradient of the joint loss at the weights the update started
+        from."""
         n = self.num_agents
-        size = self.args.update_micro_batch_size
         metrics: Dict[str, float] = {}
-        if size is None or size >= len(pairs):
+        if self._joint_backward(pairs):
             deltas: List[Optional[torch.Tensor]] = list(self._joint_margins(pairs))
             for i in range(n):
                 metrics[f"agent_{i}/grad_norm"] = self.policies[i].optimizer.step(f"{self.algorithm_name} agent {i} (update {self.progress.updates})")
