@@ -1,4 +1,4 @@
-"""``comlrl demo``: two agents learn the length-ratio task with MAGRPO, on CPU, in about two minutes.
+"""``comlrl demo``: two agents learn the length-ratio task with MAGRPO, on CPU, in two to three minutes.
 
 Agent 1 is asked for a brief answer and agent 2 for a detailed one; the shared reward is 1.0 when
 agent 2's answer is 2 to 3 times as long as agent 1's (in characters), ``exp(-distance)`` to that
@@ -7,8 +7,8 @@ interval otherwise, and 0 when agent 1 says nothing. Both agents start from Smol
 name others. The run writes ``metrics.jsonl``, the trained ``agent_i/`` folders, a reward curve and
 ``demo_summary.json`` into the output directory.
 
-Measured with the defaults on two CPU cores, model already cached: 1 min 53 s in all (104 s of
-training; docs/benchmarks.md). The first run also fetches and converts the model (about 30 s more).
+Measured with the defaults on two CPU cores, model already cached: 1 min 53 s to 2 min 59 s in all
+(104-165 s of training, on a faster and a slower day; docs/benchmarks.md). The first run also fetches and converts the model (about 30 s more).
 After the first training step the trainer prints an estimate of the remaining time.
 """
 
@@ -38,7 +38,7 @@ PROMPTS = [
 ]
 SUMMARY_FILE = "demo_summary.json"
 # docs/benchmarks.md: `comlrl demo` defaults, model cached, 2-core CPU
-MEASURED_TIME = "about 2 minutes on two CPU cores with the defaults (measured 1 min 53 s, model cached)"
+MEASURED_TIME = "2 to 3 minutes on two CPU cores with the defaults (measured 1 min 53 s to 2 min 59 s, model cached)"
 OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE, "run_config.json", "run_summary.json")
 
 
