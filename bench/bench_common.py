@@ -486,6 +486,16 @@ def preference_config_fields(args: argparse.Namespace) -> Dict[str, Any]:
     )
 
 
+def preference_trainer(trainer_cls: Any, args: argparse.Namespace, paths: Sequence[str], models: Sequence[Any], tokenizers: Any,
+                       reward: "CountingReward", formatters: Any, config: Any, dataset: Any, probe: "PreferenceProbe") -> Any:
+    """A MADPO / MARLHF trainer of the benchmark workload (paths or the loaded models), with the probe attached."""
+    trainer = trainer_cls(
+        agents=list(paths) if args.pass_paths else models, num_agents=args.num_agents, tokenizer=tokenizers,
+        reward_func=reward.func, formatters=formatters, args=config, train_dataset=dataset,
+    )
+    return probe.attach(trainer)
+
+
 def preference_pairs_from_rewards(rewards: Sequence[float], group_size: int,
                                   limit: Optional[int], mode: str) -> List[int]:
     """Pairs per prompt implied by the documented selection rule, from the candidate rewards.
