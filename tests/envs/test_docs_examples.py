@@ -2,7 +2,7 @@
 
 README: the pasted commands resolve (``--dry-run``, their hub models are not loaded); the offline demos
 run end to end with the embedded model ("default") replaced by a tiny local chat model.
-docs/environments.md: every Python block runs.
+docs/environments.md: every Python block runs; docs/preference.md: its example runs.
 """
 
 from __future__ import annotations
@@ -69,3 +69,18 @@ def python_blocks():
 def test_environment_doc_examples_run(index, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(python_blocks()[index], f"docs/environments.md block {index}", "exec"), {"__name__": "docs_example"})
+
+
+def test_preference_guide_example_runs(chat_models, tmp_path, monkeypatch):
+    """docs/preference.md's first run, with its hub model replaced by a tiny local chat model."""
+    (block,) = re.findall(r"```python\n(.*?)```", read("docs/preference.md"), flags=re.S)
+    line = 'MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"'
+    assert line in block
+    monkeypatch.chdir(tmp_path)
+    scope = {"__name__": "docs_example"}
+    exec(compile(block.replace(line, f"MODEL = {chat_models['llama']!r}"), "docs/preference.md", "exec"), scope)
+    trainer = scope["trainer"]
+    assert trainer.preference_pairs  # the example's reward separates the tiny model's answers
+    assert any("madpo/loss" in row for row in trainer.log_history)
+    assert (tmp_path / "runs/madpo-first/final/agent_1/config.json").is_file()
+    assert (tmp_path / "runs/madpo-first/metrics.jsonl").is_file()
