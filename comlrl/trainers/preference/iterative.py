@@ -149,9 +149,7 @@ class MADPOIterTrainer(MADPOTrainer):
         self._round_values, self._round_pairs, self._epoch_order = _empty_round_values(), [], None
         p.round, p.phase = r, "collect"
         self.state.epoch = self.state.position = 0
-        schedule = self._checkpoint_schedule
-        if schedule is not None and schedule.directory is not None:
-            self._checkpoint_save_to_directory(schedule, layout.phase_checkpoint_name("", r))  # checkpoint-round-<r>
+        self._checkpoint_commit(layout.phase_checkpoint_name("", r))  # checkpoint-round-<r>
         return True
 
     # ------------------------------------------------------------------ files and metrics of a round

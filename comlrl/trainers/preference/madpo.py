@@ -183,12 +183,12 @@ class MADPOTrainer(MAGRPOTrainer):
             if p.phase == "collect":
                 self._collection_phase()
                 p.phase = "reward"
-                self._checkpoint_commit("collected")
+                self._checkpoint_commit(self._phase_checkpoint_name("collected"))
             if p.phase == "reward":
                 learned = self._reward_phase()
                 p.phase = "policy"
                 if learned:
-                    self._checkpoint_commit("reward-model")
+                    self._checkpoint_commit(self._phase_checkpoint_name("reward-model"))
             if self._has_training_data():
                 super()._run_epochs()  # the epoch loop of TrainerBase over this trainer's learning steps
             elif self.verbose and self.state.epoch == 0:
@@ -196,11 +196,11 @@ class MADPOTrainer(MAGRPOTrainer):
             if not self._end_round():
                 return
 
-    def _checkpoint_commit(self, phase: str) -> None:
-        """A checkpoint at a phase boundary (when ``train`` has a checkpoint_dir), named after it."""
+    def _checkpoint_commit(self, name: str) -> None:
+        """A checkpoint at a phase boundary into folder ``name`` (when ``train`` has a checkpoint_dir)."""
         schedule = self._checkpoint_schedule
         if schedule is not None and schedule.directory is not None:
-            self._checkpoint_save_to_directory(schedule, self._phase_checkpoint_name(phase))
+            self._checkpoint_save_to_directory(schedule, name)
 
     def _phase_checkpoint_name(self, phase: str, epoch: Optional[int] = None) -> str:
         """``checkpoint-collected`` / ``checkpoint-reward-model`` (epochs keep ``checkpoint-<E>``)."""
@@ -302,18 +302,12 @@ class MADPOTrainer(MAGRPOTrainer):
         """``Delta_agent`` of every pair, ``[B]`` (CPU, detached). With ``others`` (the other agents'
         margins) the joint loss is also backpropagated into this agent, micro-batch by micro-batch."""
         policy = self.policies[agent]
-        model = policy.model
-        model.eval()  # no dropout: the scored distribution is the model's own
         size = self.args.update_micro_batch_size or len(pairs)
         margins = []
         for start in range(0, len(pairs), size):
-            part = [pair.agent_tensors[agent] for pair in pairs[start : start + size]]
-            prompts = [t.prompt_input_ids for t in part] * 2
-            completions = [t.winner_completion_ids for t in part] + [t.loser_completion_ids for t in part]
-            batch = build_sequence_batch(prompts, completions, policy.pad_id, policy.device)
+            part = pairs[start : start + size]
             with torch.set_grad_enabled(others is not None):
-                logps = sequence_logprobs(score_completions(model, batch).logprobs, batch.mask)
-                delta = logps[: len(part)] - logps[len(part) :]
+                delta = self._score_margins(agent, part)
             if others is not None:
                 loss = joint_margin_loss(delta + others[start : start + len(part)].to(delta.device), self.args.dpo_beta)
                 if not torch.isfinite(loss):
@@ -324,6 +318,19 @@ class MADPOTrainer(MAGRPOTrainer):
                 policy.optimizer.backward(loss * (len(part) / len(pairs)), last=start + len(part) >= len(pairs))
             margins.append(delta.detach().float().cpu())
         return torch.cat(margins)
+
+    def _score_margins(self, agent: int, pairs: Sequence[PreferencePair]) -> torch.Tensor:
+        """``Delta_agent`` of ``pairs`` (``[B]``, with a graph when grad is enabled): one forward over
+        the winners and losers of every pair (2B rows), in eval mode (no dropout: the scored
+        distribution is the model's own)."""
+        policy = self.policies[agent]
+        policy.model.eval()
+        part = [pair.agent_tensors[agent] for pair in pairs]
+        batch = build_sequence_batch([t.prompt_input_ids for t in part] * 2,
+                                     [t.winner_completion_ids for t in part] + [t.loser_completion_ids for t in part],
+                                     policy.pad_id, policy.device)
+        logps = sequence_logprobs(score_completions(policy.model, batch).logprobs, batch.mask)
+        return logps[: len(part)] - logps[len(part) :]
 
     def _joint_backward(self, pairs: Sequence[PreferencePair]) -> bool:
         """One joint backward when it costs no device extra memory: every agent on a device of its
@@ -337,14 +344,8 @@ class MADPOTrainer(MAGRPOTrainer):
         """Every agent's ``Delta_i`` with its graph (one forward per agent over winners and losers),
         then one backward of the joint loss through all of them: n forwards for n agents."""
         deltas = []
-        for agent, policy in enumerate(self.policies):
-            policy.model.eval()  # no dropout: the scored distribution is the model's own
-            part = [pair.agent_tensors[agent] for pair in pairs]
-            batch = build_sequence_batch([t.prompt_input_ids for t in part] * 2,
-                                         [t.winner_completion_ids for t in part] + [t.loser_completion_ids for t in part],
-                                         policy.pad_id, policy.device)
-            logps = sequence_logprobs(score_completions(policy.model, batch).logprobs, batch.mask)
-            delta = logps[: len(part)] - logps[len(part) :]
+        for agent in range(self.num_agents):
+            delta = self._score_margins(agent, pairs)
             if not bool(torch.isfinite(delta.detach()).all()):
                 raise FloatingPointError(
                     f"{self.algorithm_name} agent {agent} (update {self.progress.updates}): its log-likelihood margins are not "
@@ -360,6 +361,10 @@ class MADPOTrainer(MAGRPOTrainer):
         backward_together([policy.optimizer for policy in self.policies], loss)
         return [d.detach().float().cpu() for d in deltas]
 
+    def _step_agent(self, agent: int) -> float:
+        """Finish agent ``agent``'s update; its gradient norm."""
+        return self.policies[agent].optimizer.step(f"{self.algorithm_name} agent {agent} (update {self.progress.updates})")
+
     def _madpo_update(self, pairs: List[PreferencePair]) -> Dict[str, float]:
         """One step per agent on ``-log sigmoid(beta * sum_i Delta_i)`` (see the module docstring).
 
@@ -373,13 +378,13 @@ class MADPOTrainer(MAGRPOTrainer):
         if self._joint_backward(pairs):
             deltas: List[Optional[torch.Tensor]] = list(self._joint_margins(pairs))
             for i in range(n):
-                metrics[f"agent_{i}/grad_norm"] = self.policies[i].optimizer.step(f"{self.algorithm_name} agent {i} (update {self.progress.updates})")
+                metrics[f"agent_{i}/grad_norm"] = self._step_agent(i)
         else:
             deltas = [None] + [self._pair_margins(i, pairs) for i in range(1, n)]
             for i in range(n):
                 others = sum((deltas[j] for j in range(n) if j != i), torch.zeros(len(pairs)))
                 deltas[i] = self._pair_margins(i, pairs, others=others)
-                metrics[f"agent_{i}/grad_norm"] = self.policies[i].optimizer.step(f"{self.algorithm_name} agent {i} (update {self.progress.updates})")
+                metrics[f"agent_{i}/grad_norm"] = self._step_agent(i)
         for i in range(n):
             metrics[f"agent_{i}/logp_margin"] = float(deltas[i].mean())
         beta = self.args.dpo_beta
