@@ -31,7 +31,7 @@ def worker(args: argparse.Namespace) -> None:
     import torch
     from datasets import Dataset
 
-    import comlrl.training.distributed as distributed
+    import comlrl.parallel.data_parallel as distributed
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
     torch.set_num_threads(args.threads)

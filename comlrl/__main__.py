@@ -2,7 +2,7 @@
 
 import sys
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,7 @@ from datasets import Dataset
 from dp_scenarios import PROMPTS, magrpo, reward, seed_everything
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
-from comlrl.training.fsdp import is_sharded, is_sharded_tensor
+from comlrl.parallel.fsdp import is_sharded, is_sharded_tensor
 
 
 def full_parameters(models):

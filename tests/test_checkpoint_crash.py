@@ -15,7 +15,7 @@ import pytest
 from conftest import TEST_SEED
 from checkpoint_helpers import assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 
-from comlrl.training.checkpoint_layout import list_entries
+from comlrl.checkpoint.layout import list_entries
 from comlrl.utils import read_checkpoint_metadata
 from comlrl.utils.checkpoint import latest_checkpoint
 
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent(
     import json, os, sys, time
     sys.path.insert(0, {tests!r})
     import conftest  # offline settings, one thread: exactly what the parent process uses
-    import comlrl.training.checkpoint as checkpoint
+    import comlrl.checkpoint.store as checkpoint
     from checkpoint_helpers import make_dataset, make_magrpo, seed_everything
     from conftest import length_ratio
     from comlrl.utils.checkpoint import latest_checkpoint

@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM
 
 from comlrl.rollout.tree import GroupSample
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.training.checkpoint_files import load_module, save_module
-from comlrl.training.checkpoint_state import decode_value, encode_value
+from comlrl.checkpoint.files import load_module, save_module
+from comlrl.checkpoint.state import decode_value, encode_value
 from comlrl.utils import read_checkpoint_metadata
 from comlrl.utils.checkpoint import CHECKPOINT_VERSION, CheckpointError, latest_checkpoint
 

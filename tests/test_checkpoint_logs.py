@@ -7,7 +7,7 @@ import pytest
 from checkpoint_helpers import CrashingReward, make_dataset, make_magrpo, seed_everything
 from sink_readers import expected_scalars, tensorboard_scalars
 
-from comlrl.training.metrics import JsonlSink
+from comlrl.telemetry.metrics import JsonlSink
 
 
 def rows_of(path):

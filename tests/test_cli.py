@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import comlrl
-from comlrl.cli import COMMANDS, build_parser, main
+from comlrl.cli.main import COMMANDS, build_parser, main
 
 
 def test_version(capsys):
@@ -42,7 +42,7 @@ def test_demo_defaults_are_the_documented_ones():
 
 def test_console_script_runs(tmp_path):
     script = os.path.join(os.path.dirname(sys.executable), "comlrl")
-    command = [script] if os.path.exists(script) else [sys.executable, "-m", "comlrl.cli"]
+    command = [script] if os.path.exists(script) else [sys.executable, "-m", "comlrl.cli.main"]
     done = subprocess.run(command + ["plot", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "comlrl plot: error" in done.stderr and "does not exist" in done.stderr

@@ -11,7 +11,7 @@ import pytest
 import torch
 from dp_scenarios import SCENARIOS, magrpo, seed_everything
 
-from comlrl.training.checkpoint_files import CheckpointError
+from comlrl.checkpoint.files import CheckpointError
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -88,7 +88,7 @@ def test_a_distributed_checkpoint_resumes_exactly_and_refuses_another_world_size
 
 
 def pretend_two_ranks(trainer):
-    from comlrl.training.distributed import DataParallel
+    from comlrl.parallel.data_parallel import DataParallel
 
     trainer._dist = DataParallel(rank=0, world_size=2, local_rank=0)
     return trainer

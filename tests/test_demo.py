@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from comlrl.cli import main
-from comlrl.demo import epoch_means, length_ratio_reward
+from comlrl.cli.main import main
+from comlrl.cli.demo import epoch_means, length_ratio_reward
 
 SMALL = ["--epochs", "2", "--num-prompts", "2", "--num-generations", "2", "--max-new-tokens", "6", "--threads", "1"]
 

@@ -8,7 +8,7 @@ import os
 import pytest
 from datasets import Dataset
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 from comlrl.models.sources import SourceNotFoundError, check_source_exists, looks_like_path
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer

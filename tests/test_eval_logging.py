@@ -7,7 +7,7 @@ import pytest
 from conftest import length_ratio
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.training.metrics import MetricsLogger, MemorySink
+from comlrl.telemetry.metrics import MetricsLogger, MemorySink
 
 BASE = dict(num_turns=1, num_generations=2, max_new_tokens=5, num_train_epochs=1, verbose=False, agent_learning_rate=1e-3)
 

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 from comlrl.models.saving import apply_umask, current_umask, make_temp_dir, make_temp_file
-from comlrl.training.plotting import plot_reward_curve
+from comlrl.cli.plot import plot_reward_curve
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from conftest import length_ratio
 

@@ -12,9 +12,9 @@ from fsdp_scenarios import SCENARIOS
 from test_data_parallel import assert_close_runs, torchrun
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.training.checkpoint import LoadPlan, validate_components
-from comlrl.training.checkpoint_layout import read_manifest
-from comlrl.training.fsdp import decoder_layers
+from comlrl.checkpoint.store import LoadPlan, validate_components
+from comlrl.checkpoint.layout import read_manifest
+from comlrl.parallel.fsdp import decoder_layers
 from comlrl.utils import read_checkpoint_metadata
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from comlrl.training.published import PUBLISHED_MODELS
+from comlrl.cli.published import PUBLISHED_MODELS
 
 HERE = os.path.join(os.path.dirname(__file__), "..", "bench", "gpu")
 

@@ -149,7 +149,7 @@ def test_adamw_8bit_is_built_from_bitsandbytes(monkeypatch, tiny_paths):
 
 @pytest.mark.parametrize("kl", [False, True])
 def test_precision_may_change_on_resume_where_the_stored_dtypes_agree(tiny_paths, prompts_dataset, tmp_path, kl):
-    from comlrl.training.checkpoint_files import CheckpointError
+    from comlrl.checkpoint.files import CheckpointError
 
     def make(precision):
         return MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=1, reward_func=lambda c: [0.0] * len(c),

@@ -6,7 +6,7 @@ import torch
 from conftest import length_ratio
 from tiny_models import make_llama, make_tokenizer
 
-from comlrl.models.checkpointing import enable_gradient_checkpointing, scoring_mode
+from comlrl.models.gradient_checkpointing import enable_gradient_checkpointing, scoring_mode
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.actor_critic import MAACConfig, MAACTrainer

@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.training.signal import NoLearningSignalWarning, ZeroSignalMonitor, signal_metrics
+from comlrl.telemetry.signal import NoLearningSignalWarning, ZeroSignalMonitor, signal_metrics
 from conftest import length_ratio
 
 

@@ -10,11 +10,11 @@ from peft import LoraConfig, get_peft_model
 from transformers import LlamaConfig, Qwen2Config, Qwen3Config
 from transformers import AutoModelForCausalLM
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 from comlrl.trainers.actor_critic import MAACConfig
 from comlrl.trainers.reinforce import MAGRPOConfig
-from comlrl.training.memory import Entity, ModelShape, RunShape, estimate_memory, run_shape, with_settings
-from comlrl.training.published import PUBLISHED_MODELS, PUBLISHED_RUNS, published_table
+from comlrl.cli.memory import Entity, ModelShape, RunShape, estimate_memory, run_shape, with_settings
+from comlrl.cli.published import PUBLISHED_MODELS, PUBLISHED_RUNS, published_table
 
 QWEN = {"qwen2.5-1.5b": Qwen2Config, "qwen3-1.7b": Qwen3Config}
 
@@ -129,7 +129,7 @@ def test_resident_memory_by_hand():
 
 def test_checkpointing_and_lora_shrink_the_published_runs():
     for run in PUBLISHED_RUNS:
-        from comlrl.training.published import published_estimate
+        from comlrl.cli.published import published_estimate
 
         mixed = published_estimate(run, "bf16-mixed", False, 0)
         checkpointed = published_estimate(run, "bf16-mixed", True, 0)
@@ -167,8 +167,8 @@ def test_estimate_command(capsys, tiny_paths):
 
 def test_estimate_of_a_train_config_is_the_run_that_config_starts(capsys, tiny_paths):
     """``comlrl estimate --config`` estimates exactly the trainer config ``comlrl train`` would build."""
-    from comlrl.run_config import plan_from_args
-    from comlrl.training.memory import estimate_from_config, published_key
+    from comlrl.config.plan import plan_from_args
+    from comlrl.cli.memory import estimate_from_config, published_key
 
     llama = tiny_paths["llama"]
     overrides = [f"agent_model.name={llama}", f"critic_model.name={llama}", "maac.num_generations=3", "maac.gradient_checkpointing=true"]

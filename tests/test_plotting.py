@@ -1,4 +1,4 @@
-"""comlrl.training.plotting and `comlrl plot`: PNG from a metrics JSONL, clear errors otherwise."""
+"""comlrl.cli.plot and `comlrl plot`: PNG from a metrics JSONL, clear errors otherwise."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from comlrl.cli import main
-from comlrl.training.plotting import (
+from comlrl.cli.main import main
+from comlrl.cli.plot import (
     build_figure,
     curve_series,
     plot_reward_curve,

@@ -3,7 +3,7 @@
 import pytest
 
 from comlrl.trainers.preference import MADPOConfig, MADPOIterConfig, MARLHFConfig, MARLHFIterConfig
-from comlrl.training.checkpoint_state import config_record
+from comlrl.checkpoint.state import config_record
 
 
 def test_defaults():
@@ -172,7 +172,7 @@ def test_torchrun_is_refused_before_any_model_loads(name, tiny_paths, prompts_da
     import transformers
 
     import comlrl.trainers.preference as preference
-    from comlrl.training.distributed import DataParallel
+    from comlrl.parallel.data_parallel import DataParallel
 
     monkeypatch.setattr(DataParallel, "current", classmethod(lambda cls: cls(0, 2, 0, "gloo")))
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",

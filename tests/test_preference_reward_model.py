@@ -24,7 +24,7 @@ from comlrl.trainers.preference.reward_learning import (
     resolve_reward_device,
     train_bradley_terry,
 )
-from comlrl.training.optim import AgentOptimizer
+from comlrl.trainers.optim import AgentOptimizer
 
 
 def optimizer_for(model, lr=1e-2):

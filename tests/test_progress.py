@@ -9,7 +9,7 @@ import re
 import pytest
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.training.progress import ProgressBar, StepTimer, format_duration, library_bars, remaining_steps
+from comlrl.telemetry.progress import ProgressBar, StepTimer, format_duration, library_bars, remaining_steps
 from conftest import length_ratio
 
 

@@ -72,7 +72,7 @@ def test_quick_start_learns_on_the_embedded_model(embedded_model_dir, tmp_path, 
     import torch
     from safetensors.torch import load_file
 
-    from comlrl.training.signal import NoLearningSignalWarning
+    from comlrl.telemetry.signal import NoLearningSignalWarning
 
     block = code_blocks(section("Quick start"), "python")[0]
     code = substitute_models(block, {"BRIEF_MODEL": embedded_model_dir, "DETAILED_MODEL": embedded_model_dir})
@@ -107,7 +107,7 @@ def test_set_up_commands_match_the_project():
     assert "pip install torch==2.13.0 &&" in demo and demo.index("torch==2.13.0") < demo.index("-e '.[test]'")
     assert demo.endswith(".venv/bin/comlrl demo")
     with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as handle:
-        assert 'comlrl = "comlrl.cli:main"' in handle.read()
+        assert 'comlrl = "comlrl.cli.main:main"' in handle.read()
     ci = os.path.join(ROOT, ".ci", "run")
     assert os.access(ci, os.X_OK), ".ci/run must be executable"
     with open(ci, encoding="utf-8") as handle:

@@ -10,7 +10,7 @@ import torch
 import transformers
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.training.run_record import RunRecord
+from comlrl.telemetry.run_record import RunRecord
 from conftest import length_ratio
 
 

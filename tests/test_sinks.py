@@ -9,7 +9,7 @@ from checkpoint_helpers import make_dataset, make_magrpo, seed_everything
 from sink_readers import expected_scalars, history_rows, merged_by_step, tensorboard_scalars
 
 from comlrl.trainers.reinforce import MAGRPOConfig
-from comlrl.training.checkpoint_files import CheckpointError
+from comlrl.checkpoint.files import CheckpointError
 
 
 def test_tensorboard_scalars_read_back_equal_the_log(tiny_paths, tmp_path):

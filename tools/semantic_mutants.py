@@ -85,7 +85,7 @@ MUTANTS = [
            ", self.args.discount",
            ", 1.0",
            "IAC/MAAC: TD targets ignore the discount"),
-    Mutant("gradient_clipping_noop", "comlrl/training/optim.py",
+    Mutant("gradient_clipping_noop", "comlrl/trainers/optim.py",
            "limit = self.max_grad_norm if self.max_grad_norm is not None else math.inf",
            "limit = math.inf",
            "max_grad_norm never clips"),

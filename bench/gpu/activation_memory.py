@@ -15,7 +15,7 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-from comlrl.models.checkpointing import enable_gradient_checkpointing, scoring_mode
+from comlrl.models.gradient_checkpointing import enable_gradient_checkpointing, scoring_mode
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.scoring import score_completions
 

@@ -1,4 +1,4 @@
-"""Checks ``comlrl.training.memory.estimate_memory`` against measured peak memory on the CPU.
+"""Checks ``comlrl.cli.memory.estimate_memory`` against measured peak memory on the CPU.
 
 Each case trains one step of a real trainer in a fresh subprocess and measures its peak resident
 memory above the process's memory before the first model loads (``VmHWM`` minus ``VmRSS`` then,
@@ -54,7 +54,7 @@ from datasets import Dataset
 from transformers import AutoTokenizer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.training.memory import estimate_memory, run_shape, shapes_from_sources
+from comlrl.cli.memory import estimate_memory, run_shape, shapes_from_sources
 
 def status(key):
     for line in open("/proc/self/status"):

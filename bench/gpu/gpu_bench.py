@@ -1,7 +1,7 @@
 """GPU benchmark of the published CoMLRL configurations (issue 12): peak memory, step time and
 generation speed of comlrl per precision / checkpointing / LoRA setting, beside CoMLRL 1.4.3.
 
-Nothing is downloaded: every model is built from its published shape (``comlrl.training.published``)
+Nothing is downloaded: every model is built from its published shape (``comlrl.cli.published``)
 with random weights, the tokenizer is a word-level vocabulary over the model's whole id range built
 in code, prompts are synthetic token strings of the assumed published prompt length, and the reward
 is a cheap length ratio. Random models almost never emit EOS, so every completion runs to
@@ -189,7 +189,7 @@ def job_spec(job: Job, scale: str) -> Dict[str, Any]:
     import this project's modules: its ``comlrl`` is 1.4.3)."""
     from dataclasses import asdict
 
-    from comlrl.training.published import PUBLISHED_MODELS, PUBLISHED_RUNS, published_estimate
+    from comlrl.cli.published import PUBLISHED_MODELS, PUBLISHED_RUNS, published_estimate
 
     run = PUBLISHED_RUNS[RUNS[job.run]]
     settings = dict(run.settings)

@@ -12,7 +12,7 @@ from comlrl.adapters.completion_api import (
     CompletionClient,
     InsufficientBalanceError,
 )
-from comlrl.training.redaction import is_secret_name, redact_secrets, redact_url
+from comlrl.telemetry.redaction import is_secret_name, redact_secrets, redact_url
 
 __all__ = [
     "API_FORMAT_ALIASES",

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
 from comlrl.adapters.api_formats import Sampling
-from comlrl.training.redaction import redact_url
+from comlrl.telemetry.redaction import redact_url
 
 # Constructor argument -> the iterative preference configs' field that sets it.
 CONFIG_FIELDS: Dict[str, str] = {

@@ -49,7 +49,7 @@ from comlrl.adapters.api_settings import (
     per_prompt,
     resolve_key,
 )
-from comlrl.training.redaction import MASK, is_secret_name, mask_values, redact_secrets, redact_url
+from comlrl.telemetry.redaction import MASK, is_secret_name, mask_values, redact_secrets, redact_url
 
 logger = logging.getLogger(__name__)
 

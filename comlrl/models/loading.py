@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.models.checkpointing import enable_gradient_checkpointing
+from comlrl.models.gradient_checkpointing import enable_gradient_checkpointing
 from comlrl.models.lora import LoraBases, is_adapter_dir
 from comlrl.models.precision import Precision, check_object_dtype
 from comlrl.models.sources import check_source_exists, describe_source

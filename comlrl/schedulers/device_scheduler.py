@@ -1,4 +1,4 @@
-"""Device assignment of the CoMLRL 1.4.x public API, on comlrl.training.devices."""
+"""Device assignment of the CoMLRL 1.4.x public API, on comlrl.parallel.devices."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any, List, Optional, Sequence
 
 import torch
 
-from comlrl.training.devices import auto_devices, normalize_parallel_training, resolve_devices, resolve_single_device
+from comlrl.parallel.devices import auto_devices, normalize_parallel_training, resolve_devices, resolve_single_device
 
 __all__ = ["DeviceScheduler", "normalize_parallel_training"]
 

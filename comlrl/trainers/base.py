@@ -22,22 +22,22 @@ from comlrl.models.saving import check_target_free, save_pretrained_dir
 from comlrl.rollout.generation import RESERVED_GENERATION_KEYS, SamplingParams
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import TreeRollout
-from comlrl.training.checkpoint import CheckpointSchedule
-from comlrl.trainers.checkpointing import TrainerCheckpoints
+from comlrl.checkpoint.store import CheckpointSchedule
+from comlrl.trainers.checkpoint_contents import TrainerCheckpoints
 from comlrl.trainers.datasets import dataset_length, is_map_dataset  # noqa: F401  (also imported from here)
 from comlrl.trainers.policy import PolicyAgent, build_references
 from comlrl.trainers.backends import install_generation_backends, require_optional_packages
-from comlrl.training.devices import resolve_devices
-from comlrl.training.distributed import DataParallel
-from comlrl.training.fsdp import Sharding, full_model_state, is_sharded, is_sharded_tensor
-from comlrl.training.optim import AgentOptimizer
-from comlrl.training.metrics import JsonlSink, MemorySink, MetricsLogger
-from comlrl.training.progress import ProgressBar, StepTimer, library_bars, remaining_steps
-from comlrl.training.run_record import RunRecord, describe_model
-from comlrl.training.signal import ZeroSignalMonitor, signal_metrics
-from comlrl.training.tensorboard_sink import TensorBoardSink
-from comlrl.training.wandb_sink import WandbSink, verbose_from_wandb_config
-from comlrl.training.workers import AgentWorkers
+from comlrl.parallel.devices import resolve_devices
+from comlrl.parallel.data_parallel import DataParallel
+from comlrl.parallel.fsdp import Sharding, full_model_state, is_sharded, is_sharded_tensor
+from comlrl.trainers.optim import AgentOptimizer
+from comlrl.telemetry.metrics import JsonlSink, MemorySink, MetricsLogger
+from comlrl.telemetry.progress import ProgressBar, StepTimer, library_bars, remaining_steps
+from comlrl.telemetry.run_record import RunRecord, describe_model
+from comlrl.telemetry.signal import ZeroSignalMonitor, signal_metrics
+from comlrl.telemetry.tensorboard_sink import TensorBoardSink
+from comlrl.telemetry.wandb_sink import WandbSink, verbose_from_wandb_config
+from comlrl.parallel.workers import AgentWorkers
 
 
 @dataclass
@@ -443,7 +443,7 @@ class TrainerBase(TrainerCheckpoints):
         pass
 
     def _record_signal(self, reward_groups: Sequence[Sequence[float]], completion_groups: Sequence[Sequence[str]]) -> None:
-        """Log the step's zero-signal fractions (``comlrl.training.signal``); warn once when it had none."""
+        """Log the step's zero-signal fractions (``comlrl.telemetry.signal``); warn once when it had none."""
         metrics = signal_metrics(reward_groups, completion_groups)
         self.metrics.record(metrics)
         self._signal.check(metrics, self.env_step)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, 
 
 from comlrl.models.precision import normalize_precision
 from comlrl.trainers.field_docs import document_class
-from comlrl.training.devices import normalize_parallel_training as parallel_mode
+from comlrl.parallel.devices import normalize_parallel_training as parallel_mode
 
 OPTIMIZERS = ("adamw", "adamw_8bit")
 GENERATION_BACKENDS = ("hf", "vllm")

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from comlrl.core.kl import sequence_kl, sequence_log_ratio
 from comlrl.core.losses import policy_gradient_loss
-from comlrl.models.checkpointing import scoring_mode
+from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.models.loading import frozen_copy, model_device
 from comlrl.models.lora import adapter_free_reference
 from comlrl.models.precision import Precision
@@ -24,7 +24,7 @@ from comlrl.models.tokenizers import pad_token_id
 from comlrl.rollout.batch import SequenceBatch, build_sequence_batch
 from comlrl.rollout.generation import Completions, GenerationBackend, HFGenerator
 from comlrl.rollout.scoring import CompletionScores, score_completions
-from comlrl.training.optim import AgentOptimizer
+from comlrl.trainers.optim import AgentOptimizer
 
 
 class PolicyAgent:

@@ -2,7 +2,7 @@
 
 from comlrl.models.sources import infer_model_name, resolve_model_sources
 from comlrl.rollout.formatters import build_formatters, chat_formatters
-from comlrl.training.checkpoint_layout import read_checkpoint_metadata
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 from comlrl.utils.distributed import DistributedContext, local_context, unwrap_model
 from comlrl.utils.reference_kl import (
     clone_reference_models,

@@ -1,13 +1,13 @@
 """Training checkpoints (CoMLRL 1.4.x import path): read a checkpoint's identity before building a
 trainer, and the mixin behind every trainer's ``save_checkpoint`` / ``load_checkpoint``.
 
-The machinery lives in ``comlrl.training.checkpoint``; the layout is described in
+The machinery lives in ``comlrl.checkpoint.store``; the layout is described in
 ``docs/checkpoints.md``.
 """
 
-from comlrl.training.checkpoint import CheckpointSchedule, TrainingCheckpointMixin
-from comlrl.training.checkpoint_files import CheckpointCorruptError, CheckpointError
-from comlrl.training.checkpoint_layout import (
+from comlrl.checkpoint.store import CheckpointSchedule, TrainingCheckpointMixin
+from comlrl.checkpoint.files import CheckpointCorruptError, CheckpointError
+from comlrl.checkpoint.layout import (
     CHECKPOINT_VERSION,
     MANIFEST_FILENAME,
     RNG_FILENAME,
@@ -15,7 +15,7 @@ from comlrl.training.checkpoint_layout import (
     latest_checkpoint,
     read_checkpoint_metadata,
 )
-from comlrl.training.checkpoint_state import CheckpointComponents, capture_rng_state, restore_rng_state
+from comlrl.checkpoint.state import CheckpointComponents, capture_rng_state, restore_rng_state
 
 __all__ = [
     "CHECKPOINT_VERSION",

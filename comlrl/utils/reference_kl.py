@@ -11,7 +11,7 @@ from comlrl.models.loading import frozen_copy, freeze_model, load_causal_lm
 from comlrl.rollout.batch import SequenceBatch, position_ids_from_mask
 from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.config_base import validate_reference_kl
-from comlrl.training.devices import resolve_devices
+from comlrl.parallel.devices import resolve_devices
 
 
 def reference_kl_enabled(args: Any) -> bool:

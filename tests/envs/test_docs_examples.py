@@ -13,7 +13,7 @@ import shlex
 
 import pytest
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,9 +46,9 @@ def test_pasted_commands_resolve(argv, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("argv", commands("bash"), ids=lambda a: a[2])
 def test_offline_demos_run(argv, chat_models, tmp_path, monkeypatch):
-    import comlrl.default_model
+    import comlrl.models.default_model
 
-    monkeypatch.setattr(comlrl.default_model, "default_model_dir", lambda **_: chat_models["qwen"])
+    monkeypatch.setattr(comlrl.models.default_model, "default_model_dir", lambda **_: chat_models["qwen"])
     argv = list(argv)
     argv[argv.index("--output-dir") + 1] = str(tmp_path / "run")
     assert "agent_model.name=default" in argv

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from comlrl.adapters import CompletionClient
-from comlrl.cli import main
+from comlrl.cli.main import main
 from comlrl.envs import get_environment
 from comlrl.envs.coding.expert import PROVIDERS, ExpertEditsError, ExpertRequestRefused, last_json_object, resolve_settings
 from local_http import Reply

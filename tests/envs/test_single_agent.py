@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 from comlrl.envs import get_environment
 from comlrl.envs.writing.single import SPLIT_LABEL, SPLIT_MARKER, SPLIT_THIRD, split_paragraphs
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 
 
 def tiny(section: str, *, turns=None, generations=None):

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from comlrl.cli import main
+from comlrl.cli.main import main
 
 
 def tiny(section: str, tokens: int = 32, candidates: int = 6):

@@ -44,10 +44,10 @@ from comlrl.trainers.actor_critic.samples import (
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
-from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
-from comlrl.training.fsdp import full_model_state, is_sharded
-from comlrl.training.progress import library_bars
-from comlrl.training.optim import AgentOptimizer
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
+from comlrl.parallel.fsdp import full_model_state, is_sharded
+from comlrl.telemetry.progress import library_bars
+from comlrl.trainers.optim import AgentOptimizer
 
 
 def _prefixed(prefix: str, metrics: Dict[str, float]) -> Dict[str, float]:

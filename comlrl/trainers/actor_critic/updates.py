@@ -18,12 +18,12 @@ import torch
 
 from comlrl.core.advantages import normalize_flat
 from comlrl.core.losses import value_loss
-from comlrl.models.checkpointing import scoring_mode
+from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.models.value_head import CausalLMWithValueHead, ValueHead, head_values
 from comlrl.rollout.batch import SequenceBatch, left_pad, position_ids_from_mask
 from comlrl.rollout.scoring import CompletionScores
 from comlrl.trainers.actor_critic.samples import RolloutSample
-from comlrl.training.optim import AgentOptimizer
+from comlrl.trainers.optim import AgentOptimizer
 
 
 def unique_sequences(sequences: Sequence[torch.Tensor]) -> Tuple[List[torch.Tensor], torch.Tensor]:

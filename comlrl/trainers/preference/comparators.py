@@ -29,7 +29,7 @@ from comlrl.models.tokenizers import ensure_pad_token, load_tokenizers
 from comlrl.rollout.generation import HFGenerator, SamplingParams
 from comlrl.trainers.preference.centralized import joint_prompt, split_completion
 from comlrl.trainers.preference.collection import ItemCandidates
-from comlrl.training.devices import resolve_devices
+from comlrl.parallel.devices import resolve_devices
 
 
 # ----------------------------------------------------------------------------- RNG streams

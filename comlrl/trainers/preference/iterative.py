@@ -24,7 +24,7 @@ from comlrl.models.loading import check_model_config
 from comlrl.models.reward_model import trainable_state
 from comlrl.models.saving import save_pretrained_dir
 from comlrl.rollout.rewards import RewardFunction, resolve_reward_range
-from comlrl.trainers.preference.checkpointing import REPLAY_RECORDS, DictState, InitialRewardHead, replay_check
+from comlrl.trainers.preference.checkpoint_records import REPLAY_RECORDS, DictState, InitialRewardHead, replay_check
 from comlrl.trainers.preference.collection import ItemCandidates, collect_candidates, comparison_pairs, score_candidates
 from comlrl.trainers.preference.comparators import Comparator
 from comlrl.trainers.preference.distributions import distribution_means, distribution_record, wandb_histograms, write_distribution_png
@@ -33,8 +33,8 @@ from comlrl.trainers.preference.madpo import MADPOTrainer, PreferencePair
 from comlrl.trainers.preference.marlhf import MARLHFTrainer
 from comlrl.trainers.preference.output_paths import OutputDirs
 from comlrl.trainers.preference.replay import PreferenceReplay, write_json_new, write_shard
-from comlrl.training import checkpoint_layout as layout
-from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents
+from comlrl.checkpoint import layout
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents
 
 __all__ = ["MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
 

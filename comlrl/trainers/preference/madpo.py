@@ -32,7 +32,7 @@ from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.base import dataset_length
 from comlrl.trainers.preference.centralized import TaggedCentralizedComparatorAdapter, check_adapter
 from comlrl.trainers.preference.collaboration import CentralizedCollaboration, RoleSplittingLogger
-from comlrl.trainers.preference.checkpointing import PAIR_RECORDS, pair_list_check
+from comlrl.trainers.preference.checkpoint_records import PAIR_RECORDS, pair_list_check
 from comlrl.trainers.preference.collection import (
     AgentPreferenceTensors,
     ItemCandidates,
@@ -43,11 +43,11 @@ from comlrl.trainers.preference.collection import (
 )
 from comlrl.trainers.preference.config import MADPOConfig
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
-from comlrl.training import checkpoint_layout as layout
-from comlrl.training.checkpoint_files import CheckpointError
-from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
-from comlrl.training.optim import backward_together
-from comlrl.training.progress import ProgressBar
+from comlrl.checkpoint import layout
+from comlrl.checkpoint.files import CheckpointError
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents, DataclassState
+from comlrl.trainers.optim import backward_together
+from comlrl.telemetry.progress import ProgressBar
 
 __all__ = ["AgentPreferenceTensors", "MADPOConfig", "MADPOTrainer", "PreferencePair", "PreferenceProgress"]
 

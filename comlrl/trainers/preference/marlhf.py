@@ -43,8 +43,8 @@ from comlrl.trainers.preference.config import MARLHFConfig
 from comlrl.trainers.preference.madpo import MADPOTrainer
 from comlrl.trainers.preference.reward_learning import LearnedJointReward, RewardScorer, resolve_reward_device, train_bradley_terry
 from comlrl.trainers.reinforce.magrpo import MAGRPOTrainer
-from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists, tokenizer_fingerprint
-from comlrl.training.progress import library_bars
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists, tokenizer_fingerprint
+from comlrl.telemetry.progress import library_bars
 
 __all__ = ["MARLHFConfig", "MARLHFTrainer"]
 

@@ -19,8 +19,8 @@ import torch
 from comlrl.core.preference import bradley_terry_loss
 from comlrl.models.reward_model import JointRewardModel, joint_text
 from comlrl.rollout.batch import left_pad, position_ids_from_mask
-from comlrl.training.devices import resolve_devices
-from comlrl.training.optim import AgentOptimizer
+from comlrl.parallel.devices import resolve_devices
+from comlrl.trainers.optim import AgentOptimizer
 
 
 def resolve_reward_device(spec: Optional[str], fallback: torch.device) -> torch.device:

@@ -26,8 +26,8 @@ from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
-from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, per_agent_lists
-from comlrl.training.progress import library_bars
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
+from comlrl.telemetry.progress import library_bars
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
 NodeSample = GroupSample

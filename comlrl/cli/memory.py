@@ -399,7 +399,7 @@ def with_settings(run: RunShape, **changes: Any) -> RunShape:
 def published_key(source: str) -> Optional[str]:
     """The ``PUBLISHED_MODELS`` key of a published name or of its hub ids (``Qwen/Qwen3-1.7B``,
     ``Qwen/Qwen2.5-1.5B-Instruct``, ``Qwen/Qwen3-4B-Instruct-2507``: instruct and base share a shape), else None."""
-    from comlrl.training.published import PUBLISHED_MODELS
+    from comlrl.cli.published import PUBLISHED_MODELS
 
     key = source.lower().removeprefix("qwen/")
     key = re.sub(r"-instruct(-\d+)?$", "", key)
@@ -408,7 +408,7 @@ def published_key(source: str) -> Optional[str]:
 
 def shapes_from_sources(sources: Sequence[str]) -> List[ModelShape]:
     """``ModelShape``s of model ids / directories (their ``config.json`` only) or published names."""
-    from comlrl.training.published import PUBLISHED_MODELS
+    from comlrl.cli.published import PUBLISHED_MODELS
 
     shapes = []
     for source in sources:

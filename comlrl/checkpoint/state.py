@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from comlrl.training.checkpoint_files import CheckpointError
+from comlrl.checkpoint.files import CheckpointError
 
 _KIND = "__kind__"
 

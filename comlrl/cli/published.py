@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from comlrl.training.memory import ModelShape
+from comlrl.cli.memory import ModelShape
 
 QWEN_VOCAB = 151936
 
@@ -94,7 +94,7 @@ class _Config:
 def published_estimate(run: PublishedRun, precision: str, checkpointing: bool, lora_rank: int, device: str = "cuda",
                        setting: Optional[Setting] = None):
     """The estimate of ``run`` under ``setting`` (or the one given by precision / checkpointing / LoRA rank)."""
-    from comlrl.training.memory import estimate_memory, run_shape
+    from comlrl.cli.memory import estimate_memory, run_shape
 
     setting = setting or Setting("", precision, checkpointing, lora_rank)
     lora_rank = setting.lora_rank

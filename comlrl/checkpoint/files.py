@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.saving import apply_umask
-from comlrl.training.fsdp import is_sharded, load_full_model_state, plain_class_name
+from comlrl.parallel.fsdp import is_sharded, load_full_model_state, plain_class_name
 
 # Largest safetensors shard of one model (bytes of tensor data). Shards keep host memory bounded
 # while a GPU model is written and keep single files at a size file systems and tools handle well.

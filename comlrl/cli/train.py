@@ -3,8 +3,8 @@
     comlrl train --config magrpo_tldr_config.yaml --override agent_model.name=default magrpo.num_train_epochs=1
     comlrl train --config configs/iac_tldr_config.yaml --override agents='["A","B"]' agent_model.name=None ... --dry-run --json
 
-The command only assembles: config + overrides -> ``RunPlan`` (``comlrl.run_config``, every check,
-no model) -> environment (``comlrl.envs``) -> trainer (``comlrl.algorithms``) -> ``train()`` ->
+The command only assembles: config + overrides -> ``RunPlan`` (``comlrl.config.plan``, every check,
+no model) -> environment (``comlrl.envs``) -> trainer (``comlrl.trainers.registry``) -> ``train()`` ->
 ``save_model`` -> reward curve. The run directory (``output.base_dir`` or ``--output-dir``) receives
 ``config.yaml`` (the config after the overrides, seed filled in: ``--config`` of a repeat),
 ``resolved_config.yaml`` (what ``--dry-run`` prints), ``metrics.jsonl``, ``eval_rows.jsonl``, the
@@ -57,7 +57,7 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def plan_for(args: argparse.Namespace):
-    from comlrl.run_config import plan_from_args
+    from comlrl.config.plan import plan_from_args
 
     overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
     plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
@@ -160,7 +160,7 @@ def actor_critic_kwargs(plan, parts: Parts) -> Dict[str, Any]:
 
 def preference_kwargs(plan, parts: Parts) -> Dict[str, Any]:
     """MADPO-like constructors take the MAGRPO arguments; MARLHF's actor-critic backends add critics."""
-    from comlrl.algorithms import trains_critics
+    from comlrl.trainers.registry import trains_critics
 
     kwargs = reinforce_kwargs(plan, parts)
     if trains_critics(plan.algorithm, plan.config):
@@ -177,12 +177,12 @@ TRAINER_KWARGS: Dict[str, Callable[[Any, Parts], Dict[str, Any]]] = {
 
 def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, Any]:
     """The entities with every "default" replaced by the embedded model's folder (built on first use)."""
-    from comlrl.run_config import DEFAULT_MODEL
+    from comlrl.config.plan import DEFAULT_MODEL
 
     def one(name: Optional[str]) -> Optional[str]:
         if name != DEFAULT_MODEL:
             return name
-        from comlrl.default_model import default_model_dir
+        from comlrl.models.default_model import default_model_dir
 
         return default_model_dir(log=log)
 
@@ -219,7 +219,7 @@ def wandb_config_for(plan, log: Callable[[str], None]) -> Optional[Dict[str, Any
 def build(plan, log: Callable[[str], None] = print):
     """Environment, datasets and trainer of ``plan`` (this loads the models)."""
     from comlrl.envs import get_environment
-    from comlrl.training.eval_rows import ROWS_FILE, EvalRows
+    from comlrl.telemetry.eval_rows import ROWS_FILE, EvalRows
     from comlrl.utils.reward_processor import RewardProcessors
 
     seed_everything(plan.seed)
@@ -252,9 +252,9 @@ def build(plan, log: Callable[[str], None] = print):
 
 def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
     """Build, train, save the agents and draw the reward curve; returns the trainer."""
-    from comlrl.training.plotting import plot_reward_curve
+    from comlrl.cli.plot import plot_reward_curve
 
-    from comlrl.run_config import without_secrets
+    from comlrl.config.plan import without_secrets
 
     main_process = is_main_process()
     if not main_process:
@@ -279,7 +279,7 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
         trainer.close()
     metrics_path = os.path.join(plan.run_dir, "metrics.jsonl")
     if main_process and os.path.exists(metrics_path):
-        from comlrl.training.plotting import curve_series, read_metrics
+        from comlrl.cli.plot import curve_series, read_metrics
 
         if curve_series(read_metrics(metrics_path)):
             log(f"comlrl train: reward curve {plot_reward_curve(plan.run_dir, overwrite=True)}")
@@ -303,7 +303,7 @@ def add_configs_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_configs(args: argparse.Namespace) -> int:
-    from comlrl.run_config import bundled_configs, find_config
+    from comlrl.config.plan import bundled_configs, find_config
 
     if args.name:
         print(find_config(args.name)[0], end="")

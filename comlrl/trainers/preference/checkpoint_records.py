@@ -18,7 +18,7 @@ import torch
 
 from comlrl.trainers.preference.collection import AgentPreferenceTensors, PreferencePair
 from comlrl.trainers.preference.replay import ReplayShard
-from comlrl.training.checkpoint_files import CheckpointError
+from comlrl.checkpoint.files import CheckpointError
 
 PAIR_RECORDS = (PreferencePair, AgentPreferenceTensors)
 REPLAY_RECORDS = PAIR_RECORDS + (ReplayShard,)

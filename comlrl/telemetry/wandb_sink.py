@@ -11,12 +11,12 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional
 
-from comlrl.training.redaction import redact_secrets
+from comlrl.telemetry.redaction import redact_secrets
 
 
 def scrub_secrets(value: Any) -> Any:
     """A copy of nested dicts/lists with every credential field removed (``api_key``, ``hf_token``,
-    ``password``, ...; not ``max_new_tokens`` or ``pad_token``: see ``comlrl.training.redaction``)."""
+    ``password``, ...; not ``max_new_tokens`` or ``pad_token``: see ``comlrl.telemetry.redaction``)."""
     return redact_secrets(value, drop=True)
 
 

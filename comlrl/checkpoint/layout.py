@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from comlrl.models.saving import make_temp_dir
-from comlrl.training.checkpoint_files import CheckpointError, fsync_dir, read_json
+from comlrl.checkpoint.files import CheckpointError, fsync_dir, read_json
 
 CHECKPOINT_VERSION = 2  # CoMLRL 1.4.3 wrote version 1: one training_state.pt holding everything
 MANIFEST_FILENAME = "manifest.json"

@@ -173,7 +173,7 @@ class DataParallel:
             return
         import torch.distributed as dist
 
-        from comlrl.training.fsdp import is_sharded_tensor
+        from comlrl.parallel.fsdp import is_sharded_tensor
 
         seen = set()
         with torch.no_grad():

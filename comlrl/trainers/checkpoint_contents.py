@@ -10,10 +10,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from comlrl.models.lora import describe_mismatch
 from comlrl.trainers.datasets import dataset_length, is_map_dataset
 from comlrl.trainers.policy import PolicyAgent
-from comlrl.training.checkpoint import TrainingCheckpointMixin, build_identity
-from comlrl.training.checkpoint_files import CheckpointError
-from comlrl.training.checkpoint_state import AttributeState, CheckpointComponents, DataclassState
-from comlrl.training.fsdp import gather_states
+from comlrl.checkpoint.store import TrainingCheckpointMixin, build_identity
+from comlrl.checkpoint.files import CheckpointError
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents, DataclassState
+from comlrl.parallel.fsdp import gather_states
 
 
 class PolicyVersions:

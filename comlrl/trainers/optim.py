@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional
 import torch
 import torch.nn as nn
 
-from comlrl.training.fsdp import clip_grad_norm_, is_sharded_tensor
+from comlrl.parallel.fsdp import clip_grad_norm_, is_sharded_tensor
 
 
 def adamw_8bit(groups, **hyper) -> torch.optim.Optimizer:

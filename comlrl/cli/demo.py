@@ -3,7 +3,7 @@
 Agent 1 is asked for a brief answer and agent 2 for a detailed one; the shared reward is 1.0 when
 agent 2's answer is 2 to 3 times as long as agent 1's (in characters), ``exp(-distance)`` to that
 interval otherwise, and 0 when agent 1 says nothing. Both agents start from SmolLM2-135M-Instruct
-(the embedded default model, see ``comlrl.default_model``) unless ``--model`` / ``--agent-model``
+(the embedded default model, see ``comlrl.models.default_model``) unless ``--model`` / ``--agent-model``
 name others. The run writes ``metrics.jsonl``, the trained ``agent_i/`` folders, a reward curve and
 ``demo_summary.json`` into the output directory.
 
@@ -162,7 +162,7 @@ class DemoResult:
 def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> DemoResult:
     """Validate, build the team, train, save the agents and the reward curve (see module docstring).
     Without ``verbose`` the libraries' own progress bars (conversion, loading, saving) are off too."""
-    from comlrl.training.progress import library_bars
+    from comlrl.telemetry.progress import library_bars
 
     settings.validate()
     with library_bars(settings.verbose):
@@ -187,7 +187,7 @@ def _run(settings: DemoSettings, log: Callable[[str], None]) -> DemoResult:
     train_s = time.perf_counter() - start
     trainer.save_model(settings.output_dir, overwrite=settings.overwrite)
 
-    from comlrl.training.plotting import plot_reward_curve
+    from comlrl.cli.plot import plot_reward_curve
 
     plot = plot_reward_curve(settings.output_dir, title="comlrl demo: length-ratio reward (MAGRPO)", overwrite=True)
     rewards = epoch_means(trainer.log_history)
@@ -203,7 +203,7 @@ def _agent_sources(settings: DemoSettings) -> List[str]:
         return list(settings.agent_models)
     if settings.model is not None:
         return [settings.model, settings.model]
-    from comlrl.default_model import default_model_dir
+    from comlrl.models.default_model import default_model_dir
 
     path = default_model_dir(wheel=settings.wheel)
     return [path, path]

@@ -1,7 +1,7 @@
 """The algorithms ``comlrl train`` can run: name -> trainer class, config class, YAML section.
 
 Adding one is one ``Algorithm`` entry; a new trainer family (a different constructor) also adds
-its keyword builder to ``comlrl.train_cli.TRAINER_KWARGS``. Classes are named as
+its keyword builder to ``comlrl.cli.train.TRAINER_KWARGS``. Classes are named as
 ``"module:attribute"`` and imported only when a run needs them. ``grpo`` and ``ac`` are the task
 repositories' single-agent baselines (their ``train_grpo.py`` / ``train_ac.py``): MAGRPO and IAC
 with one agent, on an environment built with ``num_agents=1``. The preference trainers read the

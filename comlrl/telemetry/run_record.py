@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
-from comlrl.training.checkpoint_state import jsonable
-from comlrl.training.wandb_sink import scrub_secrets
+from comlrl.checkpoint.state import jsonable
+from comlrl.telemetry.wandb_sink import scrub_secrets
 
 CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "run_summary.json"

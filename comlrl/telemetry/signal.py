@@ -25,7 +25,7 @@ TOLERANCE = 1e-9  # rewards closer than this count as equal
 
 
 class NoLearningSignalWarning(UserWarning):
-    """A training step had no learning signal (see ``comlrl.training.signal``)."""
+    """A training step had no learning signal (see ``comlrl.telemetry.signal``)."""
 
 
 def is_flat(values: Sequence[float]) -> bool:

@@ -1,7 +1,7 @@
 """The ``comlrl`` command line: ``comlrl train``, ``comlrl configs``, ``comlrl demo``, ``comlrl plot`` and ``comlrl estimate``.
 
 Each subcommand is one ``add_*_parser`` function plus one ``run_*`` function, registered in
-``COMMANDS`` (``train`` and ``configs`` live in ``comlrl.train_cli``).
+``COMMANDS`` (``train`` and ``configs`` live in ``comlrl.cli.train``).
 Errors a user can fix (a bad flag value, a missing file, an output that would be overwritten) are
 printed as one line with exit status 2, before any model is loaded where possible.
 """
@@ -16,7 +16,7 @@ USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ImportError)
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
-    from comlrl.demo import MEASURED_TIME, DemoSettings
+    from comlrl.cli.demo import MEASURED_TIME, DemoSettings
 
     defaults = DemoSettings()
     parser = subparsers.add_parser(
@@ -52,7 +52,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from comlrl.demo import DemoSettings, run_demo as train_demo
+    from comlrl.cli.demo import DemoSettings, run_demo as train_demo
 
     settings = DemoSettings(
         model=args.model, agent_models=list(args.agent_models), output_dir=args.output_dir, epochs=args.epochs,
@@ -82,32 +82,32 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    from comlrl.training.plotting import plot_reward_curve
+    from comlrl.cli.plot import plot_reward_curve
 
     print(plot_reward_curve(args.source, args.out, title=args.title, overwrite=args.overwrite))
     return 0
 
 
 def add_train_parser(subparsers) -> argparse.ArgumentParser:
-    from comlrl.train_cli import add_train_parser as add
+    from comlrl.cli.train import add_train_parser as add
 
     return add(subparsers)
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from comlrl.train_cli import run_train as run
+    from comlrl.cli.train import run_train as run
 
     return run(args)
 
 
 def add_configs_parser(subparsers) -> argparse.ArgumentParser:
-    from comlrl.train_cli import add_configs_parser as add
+    from comlrl.cli.train import add_configs_parser as add
 
     return add(subparsers)
 
 
 def run_configs(args: argparse.Namespace) -> int:
-    from comlrl.train_cli import run_configs as run
+    from comlrl.cli.train import run_configs as run
 
     return run(args)
 def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
@@ -144,8 +144,8 @@ def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
 def run_estimate(args: argparse.Namespace) -> int:
     import yaml
 
-    from comlrl.training.memory import estimate_from_config
-    from comlrl.training.published import published_table
+    from comlrl.cli.memory import estimate_from_config
+    from comlrl.cli.published import published_table
 
     if args.published:
         print(published_table())
@@ -184,9 +184,9 @@ _ESTIMATED = {"magrpo": "magrpo", "mareinforce": "magrpo", "marloo": "magrpo", "
 
 def _estimate_run_config(args: argparse.Namespace) -> int:
     """``comlrl estimate --config``: the run ``comlrl train --config`` would start, estimated."""
-    from comlrl.run_config import plan_from_args
-    from comlrl.train_cli import resolve_model_names
-    from comlrl.training.memory import estimate_from_config
+    from comlrl.config.plan import plan_from_args
+    from comlrl.cli.train import resolve_model_names
+    from comlrl.cli.memory import estimate_from_config
 
     given = [flag for flag, value in (("--model", args.model), ("--critic-model", args.critic_model), ("--set", args.set),
                                       ("--num-agents", args.num_agents), ("--value-heads", args.value_heads)) if value]

@@ -26,8 +26,8 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import torch
 
-from comlrl.training import checkpoint_layout as layout
-from comlrl.training.checkpoint_files import (
+from comlrl.checkpoint import layout
+from comlrl.checkpoint.files import (
     MODEL_INDEX_FILENAME,
     CheckpointError,
     check_shard_headers,
@@ -42,9 +42,9 @@ from comlrl.training.checkpoint_files import (
     verify_files,
     write_json,
 )
-from comlrl.training.checkpoint_layout import MANIFEST_FILENAME, RNG_FILENAME, STATE_FILENAME
-from comlrl.training.fsdp import optimizer_is_sharded, plain_class_name, shard_optimizer_state
-from comlrl.training.checkpoint_state import (
+from comlrl.checkpoint.layout import MANIFEST_FILENAME, RNG_FILENAME, STATE_FILENAME
+from comlrl.parallel.fsdp import optimizer_is_sharded, plain_class_name, shard_optimizer_state
+from comlrl.checkpoint.state import (
     CheckpointComponents,
     capture_rng_state,
     check_rng_state,

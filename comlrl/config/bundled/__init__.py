@@ -1,0 +1,1 @@
+"""The task configs shipped with comlrl (``comlrl configs`` lists them)."""
