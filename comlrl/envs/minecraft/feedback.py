@@ -163,89 +163,103 @@ def _commands(lines: Sequence[str]) -> str:
     return "\n".join(f"- {line}" for line in lines) if lines else "- (none)"
 
 
-def housebuild_feedback(mode: str, *, sim: HouseBuildSim, limits: Sequence[int], lim: Optional[int], original_prompt: bool,
-                        full_budget: bool = False):
-    """``feedback(joint)`` of a HouseBuild mode (see the module docstring)."""
-    blocks_of, world_of, reward_of, limits_text = sim.blocks_of, sim.world_of, sim.reward_of, sim.limits_text
-    quiet = "- Do not output any text other than commands."
+class HouseBuildFeedback:
+    """The next prompts of the HouseBuild modes (see the module docstring); one method per mode."""
 
-    def head(row: Dict[str, Any]) -> List[str]:
+    QUIET = "- Do not output any text other than commands."
+
+    def __init__(self, *, sim: HouseBuildSim, limits: Sequence[int], lim: Optional[int], original_prompt: bool,
+                 full_budget: bool = False):
+        self.sim, self.limits, self.lim = sim, limits, lim
+        self.original_prompt, self.full_budget = original_prompt, full_budget
+
+    def for_mode(self, mode: str) -> Callable[[Joint], List[List[str]]]:
+        return {"score_feedback": self.score, "position_feedback": self.position, "perfect_feedback": self.perfect,
+                "position_modification": self.modification, "rect_modification": self.rects,
+                "resource_schedule": self.schedule}[mode]
+
+    def head(self, row: Dict[str, Any]) -> List[str]:
         """The limits text, when the first-turn instructions (which carry it) are not repeated."""
-        return [limits_text(row), ""] if limits_text(row) and not original_prompt else []
+        limits_text = self.sim.limits_text(row)
+        return [limits_text, ""] if limits_text and not self.original_prompt else []
 
-    def wrong_cells(joint: Joint):
+    def wrong_cells(self, joint: Joint):
         expected = housebuild.expected_blocks(housebuild.task_of(joint.row))
-        world = world_of(joint.row, joint.completions)
+        world = self.sim.world_of(joint.row, joint.completions)
         return [(p, block) for p, block in expected.items() if world.get(p, "air") != block]
 
-    def score(joint: Joint) -> List[List[str]]:
-        reward = reward_of(joint.row, joint.completions)
-        return [["Score feedback:", f"- Turn: {joint.turn}", f"- Previous reward: {reward:.4f}", quiet] for _ in range(2)]
+    def score(self, joint: Joint) -> List[List[str]]:
+        reward = self.sim.reward_of(joint.row, joint.completions)
+        return [["Score feedback:", f"- Turn: {joint.turn}", f"- Previous reward: {reward:.4f}", self.QUIET] for _ in range(2)]
 
-    def position(joint: Joint) -> List[List[str]]:
+    def position(self, joint: Joint) -> List[List[str]]:
         expected = housebuild.expected_blocks(housebuild.task_of(joint.row))
         cells = top_down([(p, b) for p, b in expected.items() if not is_air(b)], first)
         half = max(1, len(cells) // 2) if cells else 0
         return [[
             "Position feedback (choose a subset):", f"- Turn: {joint.turn}", "- Coordinates are absolute (x, y, z).",
-            "- Output /fill commands only (no markdown).", quiet, f"- Pick about half of the positions (about {half}).",
-            "- Use: /fill x y z x y z block", f"- Max commands allowed: {limits[agent]}", "", "All target positions:",
-            _cells_with_blocks(cells), "", "Blocks you may use (only these):", block_lines(blocks_of(joint.row, agent)), "",
+            "- Output /fill commands only (no markdown).", self.QUIET, f"- Pick about half of the positions (about {half}).",
+            "- Use: /fill x y z x y z block", f"- Max commands allowed: {self.limits[agent]}", "", "All target positions:",
+            _cells_with_blocks(cells), "", "Blocks you may use (only these):", block_lines(self.sim.blocks_of(joint.row, agent)), "",
             "Format: /fill <x> <y> <z> <x> <y> <z> <block>",
         ] for agent in range(2)]
 
-    def perfect(joint: Joint) -> List[List[str]]:
-        wrong = top_down(wrong_cells(joint), first)
-        allowed = [set(blocks_of(joint.row, agent)) for agent in range(2)]
+    def perfect(self, joint: Joint) -> List[List[str]]:
+        wrong = top_down(self.wrong_cells(joint), first)
+        allowed = [set(self.sim.blocks_of(joint.row, agent)) for agent in range(2)]
         mine: Dict[int, List] = {0: [], 1: []}
         for index, (position, block) in enumerate(wrong):
             only = [agent for agent in range(2) if block in allowed[agent] and block not in allowed[1 - agent]]
             mine[only[0] if only else index % 2].append((position, block))
         out = []
         for agent in range(2):
-            lines = head(joint.row) + ["Feedback (coordinate edits):", f"- Turn: {joint.turn}", "- Coordinates are absolute (x, y, z).",
-                      "- Output /fill commands only (no markdown).", quiet, "- Fix only the listed positions.",
-                      "- Use: /fill x y z x y z block", "", "Set these blocks:", _cells_with_blocks(mine[agent])]
+            lines = self.head(joint.row) + [
+                "Feedback (coordinate edits):", f"- Turn: {joint.turn}", "- Coordinates are absolute (x, y, z).",
+                "- Output /fill commands only (no markdown).", self.QUIET, "- Fix only the listed positions.",
+                "- Use: /fill x y z x y z block", "", "Set these blocks:", _cells_with_blocks(mine[agent])]
             if agent == 1:
                 lines += ["", "Remove the stray blocks (set air) at:", "- (none)"]
             out.append(lines)
         return out
 
-    def modification(joint: Joint) -> List[List[str]]:
-        wrong = sorted(wrong_cells(joint), key=lambda c: (c[0][1], c[0][0], c[0][2]))
-        if lim is not None and lim > 0:
-            wrong = wrong[: int(lim)]
+    def modification(self, joint: Joint) -> List[List[str]]:
+        wrong = sorted(self.wrong_cells(joint), key=lambda c: (c[0][1], c[0][0], c[0][2]))
+        if self.lim is not None and self.lim > 0:
+            wrong = wrong[: int(self.lim)]
         text = "\n".join(f"({x} {y} {z} {block})" for (x, y, z), block in wrong) if wrong else "(none)"
-        lines = head(joint.row) + ["Do not output any text other than commands.", "", "Suggested fixes (use them to correct errors):", text]
+        lines = self.head(joint.row) + ["Do not output any text other than commands.", "", "Suggested fixes (use them to correct errors):", text]
         return [list(lines) for _ in range(2)]
 
-    def rects(joint: Joint) -> List[List[str]]:
-        accepted = sim.accepted_of(joint.row, joint.completions)
-        wrong = repair.mismatch_rects(housebuild.task_of(joint.row), world_of(joint.row, joint.completions))
-        return [head(joint.row) + [
+    def rects(self, joint: Joint) -> List[List[str]]:
+        accepted = self.sim.accepted_of(joint.row, joint.completions)
+        wrong = repair.mismatch_rects(housebuild.task_of(joint.row), self.sim.world_of(joint.row, joint.completions))
+        return [self.head(joint.row) + [
             "Do not output any text other than commands.", "", "Each turn starts again from an empty world (all air).",
             "Your accepted commands of the previous turn:", _commands(accepted[agent]), "",
             "Target rectangles to rebuild where the house was wrong (y: x1, z1, x2, z2 block):",
-            repair.rect_lines(repair.rects_for_agent(wrong, agent, lim)),
+            repair.rect_lines(repair.rects_for_agent(wrong, agent, self.lim)),
         ] for agent in range(2)]
 
-    def schedule(joint: Joint) -> List[List[str]]:
+    def schedule(self, joint: Joint) -> List[List[str]]:
         task = housebuild.task_of(joint.row)
-        accepted = sim.accepted_of(joint.row, joint.completions)
-        budgets = sim.resource_limits(joint.row)
+        accepted = self.sim.accepted_of(joint.row, joint.completions)
+        budgets = self.sim.resource_limits(joint.row)
         out = []
         for agent in range(2):
-            plan = repair.schedule(task, accepted[agent], blocks_of(joint.row, agent), budgets, full_budget)
+            plan = repair.schedule(task, accepted[agent], self.sim.blocks_of(joint.row, agent), budgets, self.full_budget)
             left = [f"- {block}: {max(0, plan.remaining.get(block, 0))}" for block in (block_id(b) for _, b in task.inventory)
                     if not is_air(block) and block in budgets]
-            out.append(head(joint.row) + [
+            out.append(self.head(joint.row) + [
                 "Do not output any text other than commands.", "", "Your accepted commands of the previous turn:",
                 _commands(accepted[agent]), "",
-                "Blocks left after " + ("" if full_budget else "the previous turn's commands and ")
+                "Blocks left after " + ("" if self.full_budget else "the previous turn's commands and ")
                 + "the full rectangles below (air unlimited):", "\n".join(left) or "(none)", "",
                 "Target rectangles to build next, largest first (y: x1, z1, x2, z2 block):", repair.rect_lines(plan.rects),
             ])
         return out
 
-    return {"score_feedback": score, "position_feedback": position, "perfect_feedback": perfect, "position_modification": modification,
-            "rect_modification": rects, "resource_schedule": schedule}[mode]
+
+def housebuild_feedback(mode: str, *, sim: HouseBuildSim, limits: Sequence[int], lim: Optional[int], original_prompt: bool,
+                        full_budget: bool = False) -> Callable[[Joint], List[List[str]]]:
+    """``feedback(joint)`` of a HouseBuild mode (see the module docstring)."""
+    return HouseBuildFeedback(sim=sim, limits=limits, lim=lim, original_prompt=original_prompt, full_budget=full_budget).for_mode(mode)
