@@ -141,6 +141,18 @@ class ModelShape:
         return total
 
 
+# The published models (``comlrl estimate --published``, ``--model qwen3-1.7b``): the ``config.json``
+# values of their Hugging Face Hub pages (see comlrl.cli.published for the runs they were reported in).
+QWEN_VOCAB = 151936
+
+PUBLISHED_MODELS: Dict[str, ModelShape] = {
+    "qwen2.5-1.5b": ModelShape("Qwen2.5-1.5B", QWEN_VOCAB, 1536, 8960, 28, 12, 2, 128, True, attention_bias=True),
+    "qwen3-1.7b": ModelShape("Qwen3-1.7B", QWEN_VOCAB, 2048, 6144, 28, 16, 8, 128, True, qk_norm=True),
+    "qwen2.5-coder-3b": ModelShape("Qwen2.5-Coder-3B", QWEN_VOCAB, 2048, 11008, 36, 16, 2, 128, True, attention_bias=True),
+    "qwen3-4b": ModelShape("Qwen3-4B", QWEN_VOCAB, 2560, 9728, 36, 32, 8, 128, True, qk_norm=True),
+}
+
+
 @dataclass(frozen=True)
 class Entity:
     """One trained model slot: its shape, where its weights come from (same key = same base for LoRA,
@@ -399,8 +411,6 @@ def with_settings(run: RunShape, **changes: Any) -> RunShape:
 def published_key(source: str) -> Optional[str]:
     """The ``PUBLISHED_MODELS`` key of a published name or of its hub ids (``Qwen/Qwen3-1.7B``,
     ``Qwen/Qwen2.5-1.5B-Instruct``, ``Qwen/Qwen3-4B-Instruct-2507``: instruct and base share a shape), else None."""
-    from comlrl.cli.published import PUBLISHED_MODELS
-
     key = source.lower().removeprefix("qwen/")
     key = re.sub(r"-instruct(-\d+)?$", "", key)
     return key if key in PUBLISHED_MODELS else None
@@ -408,8 +418,6 @@ def published_key(source: str) -> Optional[str]:
 
 def shapes_from_sources(sources: Sequence[str]) -> List[ModelShape]:
     """``ModelShape``s of model ids / directories (their ``config.json`` only) or published names."""
-    from comlrl.cli.published import PUBLISHED_MODELS
-
     shapes = []
     for source in sources:
         published = None if os.path.isdir(source) else published_key(source)
