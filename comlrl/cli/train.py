@@ -220,7 +220,7 @@ def build(plan, log: Callable[[str], None] = print):
     """Environment, datasets and trainer of ``plan`` (this loads the models)."""
     from comlrl.envs import get_environment
     from comlrl.telemetry.eval_rows import ROWS_FILE, EvalRows
-    from comlrl.utils.reward_processor import RewardProcessors
+    from comlrl.rollout.reward_processors import RewardProcessors
 
     seed_everything(plan.seed)
     entities = resolve_model_names(plan.entities, log)

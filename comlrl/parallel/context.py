@@ -1,4 +1,7 @@
-"""Process context of the CoMLRL 1.4.x public API (single process: the main one)."""
+"""Process context of the CoMLRL 1.4.x public API (``comlrl.utils``): a single process, the main one.
+
+The data-parallel view of ranks that the trainers use is ``comlrl.parallel.data_parallel.DataParallel``.
+"""
 
 from __future__ import annotations
 

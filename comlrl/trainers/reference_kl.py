@@ -1,4 +1,4 @@
-"""Reference-KL helpers of the CoMLRL 1.4.x public API (trainers use ``PolicyAgent`` directly)."""
+"""Reference-KL helpers of the CoMLRL 1.4.x public API (``comlrl.utils``); the trainers use ``PolicyAgent`` directly."""
 
 from __future__ import annotations
 
