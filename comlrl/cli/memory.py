@@ -43,6 +43,10 @@ ACTIVATION_BYTES = {
     "bf16": (12.0, 8.0, 8.0, 0.0, (4.0, 4.0)),  # pure half: the fp32 table's tensors in 2 bytes
 }
 EMBEDDING_OUTPUT_BYTES = 8.0  # per token per hidden unit outside the layers (embedding output, final norm), fp32
+ESTIMATOR_MODELS = ("magrpo", "iac", "maac")
+"""The runs ``run_shape`` models: MAGRPO-style group rollouts (the MAGRPO family), IAC (per-agent critics
+or value heads) and MAAC (one centralized critic). An algorithm's registry record names its model
+(``comlrl.trainers.registry.Algorithm.estimator``)."""
 LOGPROB_CHUNK_BYTES = 3 * 16 * MIB  # float32 chunks of the log-softmax / entropy (core.logprobs.CHUNK_ELEMENTS)
 
 
@@ -171,7 +175,7 @@ class RunShape:
 
     agents: Sequence[Entity]
     critics: Sequence[Entity] = ()
-    algorithm: str = "magrpo"  # magrpo | iac | maac
+    algorithm: str = "magrpo"  # one of ESTIMATOR_MODELS: magrpo | iac | maac
     shared_value_heads: bool = False  # IAC with use_separate_critic=False
     critic_type: str = "v"
     num_generations: int = 4
@@ -366,6 +370,9 @@ def run_shape(
     IAC/MAAC: a step generates enough items to fill a buffer; an optimizer step scores
     ``train_batch_size`` samples (one completion each)."""
     algorithm = algorithm.lower()
+    if algorithm not in ESTIMATOR_MODELS:
+        raise ValueError(f"algorithm={algorithm!r} is not modelled by the estimator; use one of {', '.join(ESTIMATOR_MODELS)} "
+                         f"(an algorithm's record in comlrl.trainers.registry names its model: estimator=...).")
     agent_sources = list(agent_sources or [s.name for s in agent_shapes])
     k = config.num_generations
     precision = config.precision or ("bf16-mixed" if device == "cuda" else "fp32")

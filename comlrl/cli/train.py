@@ -19,7 +19,6 @@ import json
 import os
 import random
 import shutil
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
 import yaml
@@ -123,58 +122,6 @@ def check_save_path(path: str, *, overwrite: bool) -> None:
 # ----------------------------------------------------------------------------- assembly
 
 
-@dataclass
-class Parts:
-    """What the trainer is built from."""
-
-    env: Any
-    entities: Dict[str, Any]  # model names resolved ("default" -> the embedded model's folder)
-    tokenizer: Any
-    train_dataset: Any
-    eval_dataset: Any
-    reward_processor: Optional[Callable[[float], float]]
-    wandb_config: Optional[Dict[str, Any]]
-    rows: Any
-
-
-def reinforce_kwargs(plan, parts: Parts) -> Dict[str, Any]:
-    e, env = parts.entities, parts.env
-    return dict(
-        agent_model=e["agent_model"], agents=e["agents"], tokenizer=parts.tokenizer, model_config=plan.model_config,
-        train_dataset=parts.train_dataset, eval_dataset=parts.eval_dataset, reward_func=env.reward_func,
-        reward_processor=parts.reward_processor, formatters=env.formatters, external_transition=env.external_transition,
-        wandb_config=parts.wandb_config, eval_logger=parts.rows.eval_logger, eval_aggregator=parts.rows.eval_aggregator, args=plan.config,
-    )
-
-
-def actor_critic_kwargs(plan, parts: Parts) -> Dict[str, Any]:
-    e, env = parts.entities, parts.env
-    tokenizer = parts.tokenizer if parts.tokenizer is not None or not e["agents"] else list(e["agents"])
-    return dict(
-        agent_model=e["agent_model"], critic_model=e["critic_model"], tokenizer=tokenizer, reward_func=env.reward_func,
-        reward_processor=parts.reward_processor, formatters=env.formatters, args=plan.config, train_dataset=parts.train_dataset,
-        eval_dataset=parts.eval_dataset, model_config=plan.model_config, wandb_config=parts.wandb_config,
-        metrics_callback=parts.rows.metrics_callback, external_transition=env.external_transition, agents=e["agents"], critics=e["critics"],
-    )
-
-
-def preference_kwargs(plan, parts: Parts) -> Dict[str, Any]:
-    """MADPO-like constructors take the MAGRPO arguments; MARLHF's actor-critic backends add critics."""
-    from comlrl.trainers.registry import trains_critics
-
-    kwargs = reinforce_kwargs(plan, parts)
-    if trains_critics(plan.algorithm, plan.config):
-        e = parts.entities
-        kwargs.update(critic_model=e["critic_model"], critics=e["critics"], metrics_callback=parts.rows.metrics_callback)
-    return kwargs
-
-
-# family -> trainer keyword arguments (a new trainer family adds its builder here)
-TRAINER_KWARGS: Dict[str, Callable[[Any, Parts], Dict[str, Any]]] = {
-    "reinforce": reinforce_kwargs, "actor_critic": actor_critic_kwargs, "preference": preference_kwargs,
-}
-
-
 def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, Any]:
     """The entities with every "default" replaced by the embedded model's folder (built on first use)."""
     from comlrl.config.plan import DEFAULT_MODEL
@@ -221,6 +168,7 @@ def build(plan, log: Callable[[str], None] = print):
     from comlrl.envs import get_environment
     from comlrl.telemetry.eval_rows import ROWS_FILE, EvalRows
     from comlrl.rollout.reward_processors import RewardProcessors
+    from comlrl.trainers.registry import TrainerParts
 
     seed_everything(plan.seed)
     entities = resolve_model_names(plan.entities, log)
@@ -243,9 +191,9 @@ def build(plan, log: Callable[[str], None] = print):
         processor = RewardProcessors.compose([RewardProcessors.scale(plan.reward_processor["scale_factor"]),
                                               RewardProcessors.shift(plan.reward_processor["shift"])])
     rows = EvalRows(os.path.join(plan.run_dir, ROWS_FILE), env.reward_details)
-    parts = Parts(env, entities, tokenizer, datasets[0], datasets[1] if len(datasets[1]) else None, processor,
-                  wandb_config_for(plan, log), rows)
-    trainer = plan.algorithm.trainer_class()(**TRAINER_KWARGS[plan.algorithm.family](plan, parts))
+    parts = TrainerParts(env, entities, tokenizer, datasets[0], datasets[1] if len(datasets[1]) else None, processor,
+                         wandb_config_for(plan, log), rows)
+    trainer = plan.algorithm.trainer_class()(**plan.algorithm.trainer_kwargs(plan, parts))
     rows.bind(trainer)
     return trainer, env
 
