@@ -52,12 +52,42 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-total-limit", type=int, default=None, help="keep only the newest N (checkpoint.total_limit)")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="resume from a checkpoint folder, a checkpoint dir's latest, or (no value) checkpoint.dir's latest")
+    parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE_OR_FILE",
+                        help="import a Python module (or .py file) first, e.g. one that calls register_environment or "
+                        "register_algorithm; repeatable")
     return parser
+
+
+def import_user_modules(targets) -> None:
+    """Import each ``--import`` target (a module name, or a path to a ``.py`` file) so that the
+    environments and algorithms it registers are known before the config is read."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for target in targets:
+        if not target.endswith(".py"):
+            try:
+                importlib.import_module(target)
+            except ModuleNotFoundError as error:
+                if error.name is None or not target.startswith(error.name):
+                    raise  # a module that the target itself imports is missing
+                raise ModuleNotFoundError(f"--import {target!r}: no module named {error.name!r}; give a module on the Python "
+                                          f"path (PYTHONPATH) or the path of a .py file.", name=error.name) from None
+            continue
+        if not os.path.isfile(target):
+            raise FileNotFoundError(f"--import {target!r}: no such file; give a .py file or an importable module name.")
+        name = os.path.splitext(os.path.basename(target))[0]
+        spec = importlib.util.spec_from_file_location(name, target)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def plan_for(args: argparse.Namespace):
     from comlrl.config.plan import plan_from_args
 
+    import_user_modules(args.imports)
     overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
     plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
     for key, value in (("dir", args.checkpoint_dir), ("interval", args.checkpoint_interval), ("steps", args.checkpoint_steps),
