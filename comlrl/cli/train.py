@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 from typing import Any, Callable, Dict, Optional
 
@@ -171,15 +170,6 @@ def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, 
     return out
 
 
-def seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
 def wandb_config_for(plan, log: Callable[[str], None]) -> Optional[Dict[str, Any]]:
     logs = os.path.join(plan.run_dir, "metrics.jsonl")
     if plan.wandb is None:
@@ -198,6 +188,7 @@ def build(plan, log: Callable[[str], None] = print):
     from comlrl.envs import get_environment
     from comlrl.telemetry.eval_rows import ROWS_FILE, EvalRows
     from comlrl.rollout.reward_processors import RewardProcessors
+    from comlrl.rollout.seeding import seed_everything
     from comlrl.trainers.registry import TrainerParts
 
     seed_everything(plan.seed)
