@@ -204,6 +204,8 @@ def register_family(name: str, build: KwargsBuilder, *, replace: bool = False) -
     FAMILIES[name] = build
 
 
+# the built-in records: name, package, class prefix (<prefix>Trainer, <prefix>Config), sections, family,
+# fixed team size, the estimator's model
 for _name, _module, _class, _sections, _family, _agents, _estimator in (
     ("magrpo", _REINFORCE, "MAGRPO", ("magrpo",), "reinforce", None, "magrpo"),
     ("mareinforce", _REINFORCE, "MAREINFORCE", ("mareinforce", "magrpo"), "reinforce", None, "magrpo"),
@@ -221,6 +223,7 @@ for _name, _module, _class, _sections, _family, _agents, _estimator in (
 ):
     register_algorithm(_name, trainer=f"{_module}:{_class}Trainer", config=f"{_module}:{_class}Config", family=_family,
                        sections=_sections, agents=_agents, estimator=_estimator)
+del _name, _module, _class, _sections, _family, _agents, _estimator
 
 
 def trains_critics(algorithm: Algorithm, config: object) -> bool:
