@@ -8,7 +8,7 @@ from conftest import length_ratio
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.utils.checkpoint import latest_checkpoint
+from comlrl.checkpoint.layout import latest_checkpoint
 
 # 3 samples per agent and step into buffers of 4: buffers hold samples between steps
 ARGS = dict(num_turns=1, num_generations=3, max_new_tokens=4, num_train_epochs=1, verbose=False, rollout_buffer_size=4,

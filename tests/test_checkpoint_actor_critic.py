@@ -12,7 +12,8 @@ from conftest import length_ratio
 from transformers import AutoTokenizer
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
-from comlrl.utils.checkpoint import CheckpointError, read_checkpoint_metadata
+from comlrl.checkpoint.files import CheckpointError
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 
 ARGS = dict(num_turns=1, num_generations=2, max_new_tokens=4, verbose=False, rollout_buffer_size=6,
             agent_learning_rate=2e-3, critic_learning_rate=2e-3, eval_interval=0, logging_steps=3)

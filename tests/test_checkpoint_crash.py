@@ -15,9 +15,7 @@ import pytest
 from conftest import TEST_SEED
 from checkpoint_helpers import assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 
-from comlrl.checkpoint.layout import list_entries
-from comlrl.utils import read_checkpoint_metadata
-from comlrl.utils.checkpoint import latest_checkpoint
+from comlrl.checkpoint.layout import latest_checkpoint, list_entries, read_checkpoint_metadata
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 OVERRIDES = {"num_train_epochs": 2}
@@ -34,7 +32,7 @@ CHILD = textwrap.dedent(
     import comlrl.checkpoint.store as checkpoint
     from checkpoint_helpers import make_dataset, make_magrpo, seed_everything
     from conftest import length_ratio
-    from comlrl.utils.checkpoint import latest_checkpoint
+    from comlrl.checkpoint.layout import latest_checkpoint
 
     paths, directory, overrides, (where, count) = json.loads(sys.argv[1])
 

@@ -15,10 +15,9 @@ from transformers import AutoModelForCausalLM
 
 from comlrl.rollout.tree import GroupSample
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.checkpoint.files import load_module, save_module
+from comlrl.checkpoint.files import CheckpointError, load_module, save_module
 from comlrl.checkpoint.state import decode_value, encode_value
-from comlrl.utils import read_checkpoint_metadata
-from comlrl.utils.checkpoint import CHECKPOINT_VERSION, CheckpointError, latest_checkpoint
+from comlrl.checkpoint.layout import CHECKPOINT_VERSION, latest_checkpoint, read_checkpoint_metadata
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from conftest import length_ratio
 from transformers import AutoTokenizer
 
 from comlrl.trainers.reinforce import MAGRPOTrainer, MARLOOTrainer
-from comlrl.utils.checkpoint import CheckpointCorruptError, CheckpointError, read_checkpoint_metadata
+from comlrl.checkpoint.files import CheckpointCorruptError, CheckpointError
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import torch
 from checkpoint_helpers import CrashingReward, assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 
 from comlrl.trainers.reinforce import MARLOOTrainer
-from comlrl.utils import read_checkpoint_metadata
-from comlrl.utils.checkpoint import latest_checkpoint
+from comlrl.checkpoint.layout import read_checkpoint_metadata
+from comlrl.checkpoint.layout import latest_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import pytest
 from checkpoint_helpers import make_dataset, make_magrpo, seed_everything
 
-from comlrl.utils import read_checkpoint_metadata
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 
 
 @pytest.fixture

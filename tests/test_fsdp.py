@@ -15,7 +15,7 @@ from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from comlrl.checkpoint.store import LoadPlan, validate_components
 from comlrl.checkpoint.layout import read_manifest
 from comlrl.parallel.fsdp import decoder_layers
-from comlrl.utils import read_checkpoint_metadata
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 
 
 def exported(folder):

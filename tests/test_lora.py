@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from comlrl.models.lora import AdapterModel, BaseReference
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.utils.checkpoint import latest_checkpoint
+from comlrl.checkpoint.layout import latest_checkpoint
 
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "lm_head"], lora_dropout=0.0)
 

@@ -15,7 +15,7 @@ import pytest
 from checkpoint_helpers import assert_same_run, make_dataset, seed_everything
 from preference_helpers import make_preference, preference_summary
 
-from comlrl.utils import read_checkpoint_metadata
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 
 KINDS = ["madpo", "marlhf-magrpo", "marlhf-iac", "marlhf-maac", pytest.param("madpo-iter", marks=pytest.mark.slow),
          pytest.param("marlhf-iter", marks=pytest.mark.slow)]
@@ -90,7 +90,7 @@ CHILD = textwrap.dedent(
     import conftest  # offline settings, one thread: exactly what the parent process uses
     from checkpoint_helpers import make_dataset, seed_everything
     from preference_helpers import make_preference
-    from comlrl.utils.checkpoint import latest_checkpoint
+    from comlrl.checkpoint.layout import latest_checkpoint
 
     kind, paths, root, directory = json.loads(sys.argv[1])
     seed_everything(0)

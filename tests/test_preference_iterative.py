@@ -15,7 +15,7 @@ from comlrl.rollout.generation import Completions
 from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer, MARLHFIterConfig, MARLHFIterTrainer
 from comlrl.trainers.preference.comparators import Comparator
 from comlrl.trainers.preference.replay import read_shard
-from comlrl.utils import set_reward_range
+from comlrl.rollout.rewards import set_reward_range
 
 BASE = dict(num_iterations=2, preference_num_candidates=3, max_new_tokens=5, verbose=False, agent_learning_rate=1e-3,
             eval_interval=0, weight_decay=0.0, logging_steps=1)

@@ -10,7 +10,7 @@ import torch
 from conftest import PROMPTS, prompt_dataset
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.utils import read_checkpoint_metadata
+from comlrl.checkpoint.layout import read_checkpoint_metadata
 
 BASE = dict(num_turns=1, num_generations=2, max_new_tokens=3, num_train_epochs=1, verbose=False, rollout_buffer_size=1)
 

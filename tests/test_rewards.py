@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from comlrl.rollout.rewards import RewardFunction, call_reward_function
-from comlrl.utils.reward_processor import RewardProcessors
+from comlrl.rollout.reward_processors import RewardProcessors
 
 LISTS = [["a", "bb"], ["ccc", "dddd"]]
 

@@ -191,9 +191,10 @@ class CheckpointComponents:
     """The named parts of a trainer a checkpoint holds. Lists register as ``"<name>.<index>"``.
 
     ``models``: modules written as safetensors (one folder per distinct module; a module registered
-    under two names, e.g. a shared reference, is written once). ``optimizers`` / ``schedulers``:
-    objects with ``state_dict``/``load_state_dict`` (torch files). ``states``: runtime state (see
-    ``add_state``).
+    under two names, e.g. a shared reference, is written once). ``optimizers``: objects with
+    ``state_dict``/``load_state_dict`` (torch files); ``schedulers`` likewise, a table of the
+    checkpoint format that no trainer fills today.
+    ``states``: runtime state (see ``add_state``).
     """
 
     models: Dict[str, nn.Module] = field(default_factory=dict)
@@ -220,10 +221,6 @@ class CheckpointComponents:
 
     def add_optimizers(self, name: str, optimizers: Any) -> "CheckpointComponents":
         self._add(self.optimizers, name, optimizers)
-        return self
-
-    def add_schedulers(self, name: str, schedulers: Any) -> "CheckpointComponents":
-        self._add(self.schedulers, name, schedulers)
         return self
 
     def add_state(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -170,9 +169,15 @@ def run_demo(settings: DemoSettings, log: Callable[[str], None] = print) -> Demo
 
 
 def _run(settings: DemoSettings, log: Callable[[str], None]) -> DemoResult:
+    from comlrl.rollout.seeding import seed_everything
+
     prompts = settings.prompts()
     start = time.perf_counter()
-    _seed_everything(settings.seed, settings.threads)
+    if settings.threads is not None:
+        import torch
+
+        torch.set_num_threads(settings.threads)
+    seed_everything(settings.seed)
     sources = _agent_sources(settings)
     log(f"comlrl demo: agents {sources[0]} + {sources[1]}, {len(prompts)} prompts x {settings.epochs} epochs, "
         f"K={settings.num_generations}, {settings.max_new_tokens} new tokens, lr {settings.lr:g}")
@@ -251,17 +256,6 @@ def epoch_means(rows: Sequence[Dict[str, Any]]) -> List[float]:
     (``epoch/turn_1/reward_mean``: the mean over the epoch's steps, also shown by the progress bar and
     marked in the plot)."""
     return [float(row["epoch/turn_1/reward_mean"]) for row in rows if "epoch/turn_1/reward_mean" in row]
-
-
-def _seed_everything(seed: int, threads: Optional[int]) -> None:
-    import numpy as np
-    import torch
-
-    if threads is not None:
-        torch.set_num_threads(threads)
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def _write_summary(settings: DemoSettings, sources: List[str], result: DemoResult) -> None:

@@ -111,6 +111,8 @@ def run_configs(args: argparse.Namespace) -> int:
 
     return run(args)
 def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
+    from comlrl.cli.memory import ESTIMATOR_MODELS  # stdlib only: building the parser imports no trainer
+
     parser = subparsers.add_parser(
         "estimate",
         help="predict a run's peak GPU memory from model configs (nothing is loaded)",
@@ -124,7 +126,7 @@ def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
                         help="a comlrl train config (file or bundled name): its algorithm, models and trainer settings; "
                         "--override changes it as in comlrl train")
     parser.add_argument("--override", nargs="+", default=[], metavar="KEY=VALUE", help="with --config: dotted overrides")
-    parser.add_argument("--algorithm", choices=["magrpo", "iac", "maac"], default=None, help="without --config (default: magrpo)")
+    parser.add_argument("--algorithm", choices=list(ESTIMATOR_MODELS), default=None, help="without --config (default: magrpo)")
     parser.add_argument("--model", action="append", default=[], metavar="MODEL",
                         help="agent model id, directory or published name (qwen3-1.7b, ...); once for all agents or once per agent")
     parser.add_argument("--num-agents", type=int, default=None, help="default: the number of --model values, or 2")
@@ -177,11 +179,6 @@ def run_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
-# trainer family of a comlrl train algorithm -> the estimator's algorithm
-_ESTIMATED = {"magrpo": "magrpo", "mareinforce": "magrpo", "marloo": "magrpo", "maremax": "magrpo", "grpo": "magrpo",
-              "iac": "iac", "ac": "iac", "maac": "maac"}
-
-
 def _estimate_run_config(args: argparse.Namespace) -> int:
     """``comlrl estimate --config``: the run ``comlrl train --config`` would start, estimated."""
     from comlrl.config.plan import plan_from_args
@@ -194,7 +191,7 @@ def _estimate_run_config(args: argparse.Namespace) -> int:
         raise ValueError(f"{', '.join(given)} cannot be combined with --config (the config names the models and settings); "
                          f"change them with --override, e.g. --override agent_model.name=... magrpo.num_generations=4.")
     plan = plan_from_args(args.config, args.override, algorithm=args.algorithm)
-    algorithm = _ESTIMATED.get(plan.algorithm.name)
+    algorithm = plan.algorithm.estimator  # the estimator's model of the run (comlrl.trainers.registry)
     if algorithm is None:
         raise ValueError(f"the estimator covers the MAGRPO family, IAC and MAAC; {plan.algorithm.name} is not modelled yet.")
     e = plan.entities
@@ -214,23 +211,23 @@ def _estimate_run_config(args: argparse.Namespace) -> int:
 
 def _estimate_config(args: argparse.Namespace, count: int):
     """The trainer's config class, the critic sources and the config fields of the arrangement."""
-    from comlrl.trainers.actor_critic import IACConfig, MAACConfig
-    from comlrl.trainers.reinforce import MAGRPOConfig
+    from comlrl.trainers.registry import ALGORITHMS
 
+    config_cls = ALGORITHMS[args.algorithm].config_class()  # the estimator's models are named as their algorithms
     if args.algorithm == "magrpo":
         if args.critic_model:
             raise ValueError("MAGRPO has no critic; drop --critic-model.")
-        return MAGRPOConfig, [], {}
+        return config_cls, [], {}
     if args.algorithm == "iac" and args.value_heads:
         if args.critic_model:
             raise ValueError("--value-heads puts the critics on the actors; drop --critic-model.")
-        return IACConfig, [], {"use_separate_critic": False}
+        return config_cls, [], {"use_separate_critic": False}
     wanted = 1 if args.algorithm == "maac" else count
     critics = args.critic_model or args.model[:1]
     critics = critics * wanted if len(critics) == 1 else critics
     if len(critics) != wanted:
         raise ValueError(f"{len(critics)} --critic-model values; {args.algorithm.upper()} needs 1 or {wanted}.")
-    return (MAACConfig if args.algorithm == "maac" else IACConfig), critics, {}
+    return config_cls, critics, {}
 
 
 # name -> (add the subparser, run it)

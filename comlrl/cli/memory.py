@@ -43,6 +43,10 @@ ACTIVATION_BYTES = {
     "bf16": (12.0, 8.0, 8.0, 0.0, (4.0, 4.0)),  # pure half: the fp32 table's tensors in 2 bytes
 }
 EMBEDDING_OUTPUT_BYTES = 8.0  # per token per hidden unit outside the layers (embedding output, final norm), fp32
+ESTIMATOR_MODELS = ("magrpo", "iac", "maac")
+"""The runs ``run_shape`` models: MAGRPO-style group rollouts (the MAGRPO family), IAC (per-agent critics
+or value heads) and MAAC (one centralized critic). An algorithm's registry record names its model
+(``comlrl.trainers.registry.Algorithm.estimator``)."""
 LOGPROB_CHUNK_BYTES = 3 * 16 * MIB  # float32 chunks of the log-softmax / entropy (core.logprobs.CHUNK_ELEMENTS)
 
 
@@ -141,6 +145,18 @@ class ModelShape:
         return total
 
 
+# The published models (``comlrl estimate --published``, ``--model qwen3-1.7b``): the ``config.json``
+# values of their Hugging Face Hub pages (see comlrl.cli.published for the runs they were reported in).
+QWEN_VOCAB = 151936
+
+PUBLISHED_MODELS: Dict[str, ModelShape] = {
+    "qwen2.5-1.5b": ModelShape("Qwen2.5-1.5B", QWEN_VOCAB, 1536, 8960, 28, 12, 2, 128, True, attention_bias=True),
+    "qwen3-1.7b": ModelShape("Qwen3-1.7B", QWEN_VOCAB, 2048, 6144, 28, 16, 8, 128, True, qk_norm=True),
+    "qwen2.5-coder-3b": ModelShape("Qwen2.5-Coder-3B", QWEN_VOCAB, 2048, 11008, 36, 16, 2, 128, True, attention_bias=True),
+    "qwen3-4b": ModelShape("Qwen3-4B", QWEN_VOCAB, 2560, 9728, 36, 32, 8, 128, True, qk_norm=True),
+}
+
+
 @dataclass(frozen=True)
 class Entity:
     """One trained model slot: its shape, where its weights come from (same key = same base for LoRA,
@@ -159,7 +175,7 @@ class RunShape:
 
     agents: Sequence[Entity]
     critics: Sequence[Entity] = ()
-    algorithm: str = "magrpo"  # magrpo | iac | maac
+    algorithm: str = "magrpo"  # one of ESTIMATOR_MODELS: magrpo | iac | maac
     shared_value_heads: bool = False  # IAC with use_separate_critic=False
     critic_type: str = "v"
     num_generations: int = 4
@@ -354,6 +370,9 @@ def run_shape(
     IAC/MAAC: a step generates enough items to fill a buffer; an optimizer step scores
     ``train_batch_size`` samples (one completion each)."""
     algorithm = algorithm.lower()
+    if algorithm not in ESTIMATOR_MODELS:
+        raise ValueError(f"algorithm={algorithm!r} is not modelled by the estimator; use one of {', '.join(ESTIMATOR_MODELS)} "
+                         f"(an algorithm's record in comlrl.trainers.registry names its model: estimator=...).")
     agent_sources = list(agent_sources or [s.name for s in agent_shapes])
     k = config.num_generations
     precision = config.precision or ("bf16-mixed" if device == "cuda" else "fp32")
@@ -399,8 +418,6 @@ def with_settings(run: RunShape, **changes: Any) -> RunShape:
 def published_key(source: str) -> Optional[str]:
     """The ``PUBLISHED_MODELS`` key of a published name or of its hub ids (``Qwen/Qwen3-1.7B``,
     ``Qwen/Qwen2.5-1.5B-Instruct``, ``Qwen/Qwen3-4B-Instruct-2507``: instruct and base share a shape), else None."""
-    from comlrl.cli.published import PUBLISHED_MODELS
-
     key = source.lower().removeprefix("qwen/")
     key = re.sub(r"-instruct(-\d+)?$", "", key)
     return key if key in PUBLISHED_MODELS else None
@@ -408,8 +425,6 @@ def published_key(source: str) -> Optional[str]:
 
 def shapes_from_sources(sources: Sequence[str]) -> List[ModelShape]:
     """``ModelShape``s of model ids / directories (their ``config.json`` only) or published names."""
-    from comlrl.cli.published import PUBLISHED_MODELS
-
     shapes = []
     for source in sources:
         published = None if os.path.isdir(source) else published_key(source)

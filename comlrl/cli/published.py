@@ -1,7 +1,8 @@
 """The published CoMLRL configurations as data: model shapes, hyper-parameters and the VRAM they were
 reported to take, so ``comlrl estimate --published`` and docs/gpu.md can set them side by side.
 
-Model shapes are the ``config.json`` values of the models' Hugging Face Hub pages (Qwen/Qwen2.5-1.5B,
+The model shapes (``PUBLISHED_MODELS``) live in ``comlrl.cli.memory``, which resolves published
+names; they are the ``config.json`` values of the models' Hugging Face Hub pages (Qwen/Qwen2.5-1.5B,
 Qwen/Qwen3-1.7B, Qwen/Qwen2.5-Coder-3B, Qwen/Qwen3-4B and Qwen/Qwen3-4B-Instruct-2507, which share
 one shape). Hyper-parameters are those of the OpenMLRL task repositories' configs (TLDR:
 LLM_Collab_Writing ``configs/*_tldr_config.yaml``; CHE: LLM_Collab_Code_Generation
@@ -16,16 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from comlrl.cli.memory import ModelShape
-
-QWEN_VOCAB = 151936
-
-PUBLISHED_MODELS: Dict[str, ModelShape] = {
-    "qwen2.5-1.5b": ModelShape("Qwen2.5-1.5B", QWEN_VOCAB, 1536, 8960, 28, 12, 2, 128, True, attention_bias=True),
-    "qwen3-1.7b": ModelShape("Qwen3-1.7B", QWEN_VOCAB, 2048, 6144, 28, 16, 8, 128, True, qk_norm=True),
-    "qwen2.5-coder-3b": ModelShape("Qwen2.5-Coder-3B", QWEN_VOCAB, 2048, 11008, 36, 16, 2, 128, True, attention_bias=True),
-    "qwen3-4b": ModelShape("Qwen3-4B", QWEN_VOCAB, 2560, 9728, 36, 32, 8, 128, True, qk_norm=True),
-}
+from comlrl.cli.memory import PUBLISHED_MODELS
 
 
 @dataclass(frozen=True)

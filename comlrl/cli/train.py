@@ -17,9 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
-from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
 import yaml
@@ -53,12 +51,42 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-total-limit", type=int, default=None, help="keep only the newest N (checkpoint.total_limit)")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
                         help="resume from a checkpoint folder, a checkpoint dir's latest, or (no value) checkpoint.dir's latest")
+    parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE_OR_FILE",
+                        help="import a Python module (or .py file) first, e.g. one that calls register_environment or "
+                        "register_algorithm; repeatable")
     return parser
+
+
+def import_user_modules(targets) -> None:
+    """Import each ``--import`` target (a module name, or a path to a ``.py`` file) so that the
+    environments and algorithms it registers are known before the config is read."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for target in targets:
+        if not target.endswith(".py"):
+            try:
+                importlib.import_module(target)
+            except ModuleNotFoundError as error:
+                if error.name is None or not target.startswith(error.name):
+                    raise  # a module that the target itself imports is missing
+                raise ModuleNotFoundError(f"--import {target!r}: no module named {error.name!r}; give a module on the Python "
+                                          f"path (PYTHONPATH) or the path of a .py file.", name=error.name) from None
+            continue
+        if not os.path.isfile(target):
+            raise FileNotFoundError(f"--import {target!r}: no such file; give a .py file or an importable module name.")
+        name = os.path.splitext(os.path.basename(target))[0]
+        spec = importlib.util.spec_from_file_location(name, target)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
 
 
 def plan_for(args: argparse.Namespace):
     from comlrl.config.plan import plan_from_args
 
+    import_user_modules(args.imports)
     overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
     plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
     for key, value in (("dir", args.checkpoint_dir), ("interval", args.checkpoint_interval), ("steps", args.checkpoint_steps),
@@ -123,58 +151,6 @@ def check_save_path(path: str, *, overwrite: bool) -> None:
 # ----------------------------------------------------------------------------- assembly
 
 
-@dataclass
-class Parts:
-    """What the trainer is built from."""
-
-    env: Any
-    entities: Dict[str, Any]  # model names resolved ("default" -> the embedded model's folder)
-    tokenizer: Any
-    train_dataset: Any
-    eval_dataset: Any
-    reward_processor: Optional[Callable[[float], float]]
-    wandb_config: Optional[Dict[str, Any]]
-    rows: Any
-
-
-def reinforce_kwargs(plan, parts: Parts) -> Dict[str, Any]:
-    e, env = parts.entities, parts.env
-    return dict(
-        agent_model=e["agent_model"], agents=e["agents"], tokenizer=parts.tokenizer, model_config=plan.model_config,
-        train_dataset=parts.train_dataset, eval_dataset=parts.eval_dataset, reward_func=env.reward_func,
-        reward_processor=parts.reward_processor, formatters=env.formatters, external_transition=env.external_transition,
-        wandb_config=parts.wandb_config, eval_logger=parts.rows.eval_logger, eval_aggregator=parts.rows.eval_aggregator, args=plan.config,
-    )
-
-
-def actor_critic_kwargs(plan, parts: Parts) -> Dict[str, Any]:
-    e, env = parts.entities, parts.env
-    tokenizer = parts.tokenizer if parts.tokenizer is not None or not e["agents"] else list(e["agents"])
-    return dict(
-        agent_model=e["agent_model"], critic_model=e["critic_model"], tokenizer=tokenizer, reward_func=env.reward_func,
-        reward_processor=parts.reward_processor, formatters=env.formatters, args=plan.config, train_dataset=parts.train_dataset,
-        eval_dataset=parts.eval_dataset, model_config=plan.model_config, wandb_config=parts.wandb_config,
-        metrics_callback=parts.rows.metrics_callback, external_transition=env.external_transition, agents=e["agents"], critics=e["critics"],
-    )
-
-
-def preference_kwargs(plan, parts: Parts) -> Dict[str, Any]:
-    """MADPO-like constructors take the MAGRPO arguments; MARLHF's actor-critic backends add critics."""
-    from comlrl.trainers.registry import trains_critics
-
-    kwargs = reinforce_kwargs(plan, parts)
-    if trains_critics(plan.algorithm, plan.config):
-        e = parts.entities
-        kwargs.update(critic_model=e["critic_model"], critics=e["critics"], metrics_callback=parts.rows.metrics_callback)
-    return kwargs
-
-
-# family -> trainer keyword arguments (a new trainer family adds its builder here)
-TRAINER_KWARGS: Dict[str, Callable[[Any, Parts], Dict[str, Any]]] = {
-    "reinforce": reinforce_kwargs, "actor_critic": actor_critic_kwargs, "preference": preference_kwargs,
-}
-
-
 def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, Any]:
     """The entities with every "default" replaced by the embedded model's folder (built on first use)."""
     from comlrl.config.plan import DEFAULT_MODEL
@@ -194,15 +170,6 @@ def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, 
     return out
 
 
-def seed_everything(seed: int) -> None:
-    import numpy as np
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed % (2**32))
-    torch.manual_seed(seed)
-
-
 def wandb_config_for(plan, log: Callable[[str], None]) -> Optional[Dict[str, Any]]:
     logs = os.path.join(plan.run_dir, "metrics.jsonl")
     if plan.wandb is None:
@@ -220,7 +187,9 @@ def build(plan, log: Callable[[str], None] = print):
     """Environment, datasets and trainer of ``plan`` (this loads the models)."""
     from comlrl.envs import get_environment
     from comlrl.telemetry.eval_rows import ROWS_FILE, EvalRows
-    from comlrl.utils.reward_processor import RewardProcessors
+    from comlrl.rollout.reward_processors import RewardProcessors
+    from comlrl.rollout.seeding import seed_everything
+    from comlrl.trainers.registry import TrainerParts
 
     seed_everything(plan.seed)
     entities = resolve_model_names(plan.entities, log)
@@ -243,9 +212,9 @@ def build(plan, log: Callable[[str], None] = print):
         processor = RewardProcessors.compose([RewardProcessors.scale(plan.reward_processor["scale_factor"]),
                                               RewardProcessors.shift(plan.reward_processor["shift"])])
     rows = EvalRows(os.path.join(plan.run_dir, ROWS_FILE), env.reward_details)
-    parts = Parts(env, entities, tokenizer, datasets[0], datasets[1] if len(datasets[1]) else None, processor,
-                  wandb_config_for(plan, log), rows)
-    trainer = plan.algorithm.trainer_class()(**TRAINER_KWARGS[plan.algorithm.family](plan, parts))
+    parts = TrainerParts(env, entities, tokenizer, datasets[0], datasets[1] if len(datasets[1]) else None, processor,
+                         wandb_config_for(plan, log), rows)
+    trainer = plan.algorithm.trainer_class()(**plan.algorithm.trainer_kwargs(plan, parts))
     rows.bind(trainer)
     return trainer, env
 

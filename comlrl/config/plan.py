@@ -133,7 +133,7 @@ class RunPlan:
 
     def to_dict(self) -> Dict[str, Any]:
         """The plan as plain data, credentials masked (``without_secrets``)."""
-        trainer = self.algorithm.trainer.split(":")[1]
+        trainer = self.algorithm.trainer_name
         entities = dataclasses.asdict(self.entities)
         if entities["use_separate_critic"] is None:
             entities.pop("use_separate_critic")

@@ -14,8 +14,12 @@ Each environment: ``name``, ``num_agents``, ``num_turns``, ``formatters`` (one p
 prompt), ``reward_func(completions_1, completions_2, *, batch_items)`` (one float per joint
 response), ``reward_details(...)`` (the reward's terms per joint response), ``external_transition``
 (None for single-turn tasks) and ``load_dataset(split, offline)``. Details: docs/environments.md.
+
+A task of your own is one ``register_environment(name, build)`` call, ``build(options) -> Environment``
+(options: ``TaskOptions`` unless you give your own dataclass); ``list_environments()`` then lists it and
+``comlrl train`` runs it (``environment: name`` in the config). See docs/environments.md.
 """
 
-from comlrl.envs.base import Environment, get_environment, list_environments
+from comlrl.envs.base import Environment, EnvironmentSpec, TaskOptions, get_environment, list_environments, option, register_environment
 
-__all__ = ["Environment", "get_environment", "list_environments"]
+__all__ = ["Environment", "EnvironmentSpec", "TaskOptions", "get_environment", "list_environments", "option", "register_environment"]

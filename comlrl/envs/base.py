@@ -3,9 +3,10 @@
 An ``Environment`` is a task set: a dataset loader, one formatter per agent (dataset row -> prompt),
 a reward function over joint responses, the per-term breakdown of that reward
 (``reward_details``), and, for multi-turn tasks, the external transition that writes each agent's
-next prompt. Families (``writing``, ``coding``, ``minecraft``) register a ``EnvironmentSpec`` per
-task; ``get_environment(name, **options)`` validates the options against the task's options
-dataclass and builds the environment. Nothing here imports the trainers.
+next prompt. Families (``writing``, ``coding``, ``minecraft``) define an ``EnvironmentSpec`` per
+task, registered at the end of this module with ``register_environment`` (a user's own task is one
+more call, see docs/environments.md); ``get_environment(name, **options)`` validates the options
+against the task's options dataclass and builds the environment. Nothing here imports the trainers.
 
 The reward calling convention is the trainers' (``comlrl.rollout.rewards``):
 ``reward_func(completions_1, completions_2, *, batch_items)`` with index-aligned lists (entry j of
@@ -22,17 +23,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Hashable, List, Mapping, Optional, Sequence, Tuple
 
-# name -> "module:attribute" of the EnvironmentSpec (imported on first use, so importing
-# comlrl.envs stays cheap and a family's dependencies load only when one of its tasks is built)
-_REGISTRY: Dict[str, str] = {
-    "tldr": "comlrl.envs.writing:TLDR",
-    "arxiv": "comlrl.envs.writing:ARXIV",
-    "humaneval": "comlrl.envs.coding:HUMANEVAL",
-    "coophumaneval": "comlrl.envs.coding:COOPHUMANEVAL",
-    "mbpp": "comlrl.envs.coding:MBPP",
-    "strbuild": "comlrl.envs.minecraft:STRBUILD",
-    "housebuild": "comlrl.envs.minecraft:HOUSEBUILD",
-}
+# name -> its EnvironmentSpec, or "module:attribute" of one (imported on first use, so importing
+# comlrl.envs stays cheap and a family's dependencies load only when one of its tasks is built).
+# Filled by register_environment (the ready tasks at the end of this module).
+_REGISTRY: Dict[str, Any] = {}
 
 # Names the task repositories use in ``dataset.type`` for the same environments.
 ALIASES = {"str_build": "strbuild", "house_build": "housebuild", "che": "coophumaneval", "he": "humaneval"}
@@ -71,7 +65,8 @@ class Environment:
     """A ready task (see the module docstring). Attributes are the public interface:
 
     ``name``, ``num_agents``, ``num_turns``, ``formatters`` (one callable per agent: row -> prompt),
-    ``reward_func``, ``reward_details``, ``external_transition`` (None for single-turn tasks),
+    ``reward_func``, ``reward_details`` (default: ``{"reward": r}`` per joint response),
+    ``external_transition`` (None for single-turn tasks),
     ``options`` (the validated options dataclass), ``rows`` (the ``RowIndex`` transitions read) and
     ``load_dataset(split, offline)``. Families add what is theirs: the code tasks' ``sandbox``,
     HouseBuild's ``seed`` and ``threat``.
@@ -85,8 +80,8 @@ class Environment:
         num_turns: int,
         formatters: Sequence[Callable[..., str]],
         reward_func: Callable[..., List[float]],
-        reward_details: Callable[..., List[Dict[str, float]]],
-        external_transition: Optional[Callable[..., List[str]]],
+        reward_details: Optional[Callable[..., List[Dict[str, float]]]] = None,
+        external_transition: Optional[Callable[..., List[str]]] = None,
         options: Any,
         loader: Callable[..., Any],
         rows: Optional["RowIndex"] = None,
@@ -96,7 +91,7 @@ class Environment:
         self.num_turns = num_turns
         self.formatters = list(formatters)
         self.reward_func = reward_func
-        self.reward_details = reward_details
+        self.reward_details = reward_details if reward_details is not None else _details_of(reward_func)
         self.external_transition = external_transition
         self.options = options
         self.rows = rows if rows is not None else RowIndex(name)
@@ -133,7 +128,81 @@ class Environment:
         return f"Environment({self.name!r}, num_agents={self.num_agents}, num_turns={self.num_turns})"
 
 
+def _details_of(reward_func: Callable[..., List[float]]) -> Callable[..., List[Dict[str, float]]]:
+    """The breakdown of a reward without terms: ``{"reward": r}`` per joint response."""
+
+    def details(*completions: Any, **kwargs: Any) -> List[Dict[str, float]]:
+        return [{"reward": float(r)} for r in reward_func(*completions, **kwargs)]
+
+    return details
+
+
 # ----------------------------------------------------------------------------- registry
+
+
+@dataclass
+class TaskOptions:
+    """The options of an environment that declares none of its own (``register_environment`` without
+    ``options``): the team size and the number of turns, both set by ``comlrl train`` from the run."""
+
+    num_agents: int = option(2, None, "agents in the team (comlrl train: the run's num_agents)")
+    num_turns: int = option(1, None, "turns per episode (comlrl train: the trainer section's num_turns)")
+
+    def __post_init__(self) -> None:
+        for key in ("num_agents", "num_turns"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{key} must be an integer >= 1, got {value!r}.")
+
+
+def register_environment(
+    name: str,
+    factory: Any,
+    *,
+    options: Optional[type] = None,
+    description: str = "",
+    agent_counts: Sequence[int] = (2,),
+    replace: bool = False,
+) -> None:
+    """Make ``name`` an environment of ``get_environment`` / ``list_environments`` and of ``comlrl train``
+    (``environment: NAME`` in a config).
+
+    ``factory``: ``build(options) -> Environment``, called with the validated options dataclass; or a
+    ready ``EnvironmentSpec`` (then ``options`` / ``description`` / ``agent_counts`` come from it), or
+    ``"module:attribute"`` naming one, imported when the environment is first asked for.
+    ``options``: the options dataclass (``option(default, yaml_path)`` fields; it must have
+    ``num_turns``, and ``num_agents`` when the team size varies); default ``TaskOptions``.
+    ``agent_counts``: the team sizes the task offers. A name already registered (or one of the
+    task repositories' aliases in ``ALIASES``) is refused unless ``replace=True``.
+    """
+    if not isinstance(name, str) or not name or name != name.strip().lower():
+        raise ValueError(f"register_environment: name={name!r} must be a non-empty lower-case string without spaces "
+                         f"around it (names are matched in lower case), e.g. {str(name).strip().lower()!r}.")
+    if not replace and (name in _REGISTRY or name in ALIASES):
+        taken = "an alias of " + repr(ALIASES[name]) if name in ALIASES else "already registered"
+        raise ValueError(f"register_environment: the environment name {name!r} is {taken}; choose another name, "
+                         f"or pass replace=True to replace it.")
+    if isinstance(factory, (str, EnvironmentSpec)):
+        if options is not None or description or tuple(agent_counts) != (2,):
+            raise ValueError(f"register_environment({name!r}): factory={factory!r} is a spec, which carries its own options, "
+                             f"description and agent_counts; pass a build function to give them here.")
+        if isinstance(factory, str) and (factory.count(":") != 1 or not all(factory.split(":"))):
+            raise ValueError(f"register_environment({name!r}): factory={factory!r} must be 'module:attribute' of an "
+                             f"EnvironmentSpec, e.g. 'my_package.tasks:MY_TASK'.")
+        _REGISTRY[name] = factory
+        return
+    if not callable(factory):
+        raise ValueError(f"register_environment({name!r}): factory={factory!r} must be a function build(options) -> Environment, "
+                         f"an EnvironmentSpec, or 'module:attribute' of one.")
+    options_cls = TaskOptions if options is None else options
+    if not dataclasses.is_dataclass(options_cls) or "num_turns" not in {f.name for f in dataclasses.fields(options_cls)}:
+        raise ValueError(f"register_environment({name!r}): options={options_cls!r} must be a dataclass with a num_turns field "
+                         f"(comlrl train sets it from the run); see TaskOptions.")
+    counts = tuple(agent_counts)
+    if not counts or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+        raise ValueError(f"register_environment({name!r}): agent_counts={agent_counts!r} must list team sizes >= 1, e.g. (2,).")
+    _REGISTRY[name] = EnvironmentSpec(name, options_cls, factory, description, counts)
+
 
 
 def canonical_name(name: str) -> str:
@@ -145,7 +214,8 @@ def canonical_name(name: str) -> str:
     if key not in _REGISTRY:
         close = difflib.get_close_matches(key, list(_REGISTRY) + list(ALIASES), n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"Unknown environment {name!r}{hint}. Available: {', '.join(list_environments())}.")
+        raise ValueError(f"Unknown environment {name!r}{hint}. Available: {', '.join(list_environments())}. "
+                         f"A task of your own is registered with comlrl.envs.register_environment (comlrl train: --import MODULE).")
     return key
 
 
@@ -155,8 +225,11 @@ def list_environments() -> List[str]:
 
 
 def environment_spec(name: str) -> EnvironmentSpec:
-    module_name, attribute = _REGISTRY[canonical_name(name)].split(":")
-    return getattr(importlib.import_module(module_name), attribute)
+    spec = _REGISTRY[canonical_name(name)]
+    if isinstance(spec, str):
+        module_name, attribute = spec.split(":")
+        spec = getattr(importlib.import_module(module_name), attribute)
+    return spec
 
 
 def build_options(name: str, options: Mapping[str, Any]) -> Any:
@@ -178,7 +251,11 @@ def build_options(name: str, options: Mapping[str, Any]) -> Any:
 def get_environment(name: str, **options: Any) -> Environment:
     """Build the environment ``name`` (see ``list_environments()``) with its options."""
     spec = environment_spec(name)
-    return spec.build(build_options(name, options))
+    built = build_options(name, options)
+    agents = getattr(built, "num_agents", None)
+    if agents is not None and agents not in spec.agent_counts:
+        raise ValueError(f"num_agents must be {' or '.join(map(str, spec.agent_counts))} for the {spec.name} environment, got {agents!r}.")
+    return spec.build(built)
 
 
 # ----------------------------------------------------------------------------- helpers for families
@@ -317,3 +394,12 @@ def reward_from_details(details_fn: Callable[..., List[Dict[str, float]]], key: 
         return [float(d[key]) for d in details_fn(*completions, batch_items=batch_items)]
 
     return reward_func
+
+
+# the ready tasks, each imported when first asked for
+for _name, _spec in (("tldr", "comlrl.envs.writing:TLDR"), ("arxiv", "comlrl.envs.writing:ARXIV"),
+                     ("humaneval", "comlrl.envs.coding:HUMANEVAL"), ("coophumaneval", "comlrl.envs.coding:COOPHUMANEVAL"),
+                     ("mbpp", "comlrl.envs.coding:MBPP"), ("strbuild", "comlrl.envs.minecraft:STRBUILD"),
+                     ("housebuild", "comlrl.envs.minecraft:HOUSEBUILD")):
+    register_environment(_name, _spec)
+del _name, _spec

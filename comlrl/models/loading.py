@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import functools
-import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -14,7 +12,7 @@ import torch.nn as nn
 
 from comlrl.models.gradient_checkpointing import enable_gradient_checkpointing
 from comlrl.models.lora import LoraBases, is_adapter_dir
-from comlrl.models.precision import Precision, check_object_dtype
+from comlrl.models.precision import Precision, check_object_dtype, parse_dtype
 from comlrl.models.sources import check_source_exists, describe_source
 
 MODEL_CONFIG_KEYS = frozenset(
@@ -30,33 +28,6 @@ MODEL_CONFIG_KEYS = frozenset(
         "trust_remote_code",
     }
 )
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-}
-
-
-def parse_dtype(value: Any) -> Any:
-    """A torch dtype, "auto", or None from a dtype or its usual spellings ("bf16", "torch.float32")."""
-    if value is None or isinstance(value, torch.dtype):
-        return value
-    if isinstance(value, str):
-        key = value.strip().lower().removeprefix("torch.")
-        if key == "auto":
-            return "auto"
-        if key in _DTYPES:
-            return _DTYPES[key]
-    raise ValueError(
-        f"dtype {value!r} is not understood; use one of float32, bfloat16, float16, auto (or a torch.dtype)."
-    )
-
 
 def check_model_config(model_config: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     """Validate ``model_config`` and return a plain dict (unknown keys warn, they are not used)."""
@@ -225,21 +196,6 @@ def warn_low_precision(model: nn.Module, label: str) -> None:
             f"(comlrl's default), or pass a float32 model.",
             stacklevel=3,
         )
-
-
-@functools.lru_cache(maxsize=64)
-def forward_parameters(module_type: type) -> frozenset:
-    """Names of the parameters of ``module_type.forward`` (empty when it cannot be inspected)."""
-    try:
-        return frozenset(inspect.signature(module_type.forward).parameters)
-    except (TypeError, ValueError):
-        return frozenset()
-
-
-def model_forward_parameters(model: nn.Module) -> frozenset:
-    """Names ``model``'s forward accepts; a view over a shared model answers for the model it runs."""
-    source = getattr(model, "signature_source", None)
-    return forward_parameters(type(source if isinstance(source, nn.Module) else model))
 
 
 def own_cpu_parameters(model: nn.Module) -> None:

@@ -73,9 +73,34 @@ class Precision:
         return torch.autocast(device_type=torch.device(device).type, dtype=self.compute)
 
 
-def _config_dtypes(model_config: Mapping[str, Any]) -> Iterable[tuple]:
-    from comlrl.models.loading import parse_dtype
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
 
+
+def parse_dtype(value: Any) -> Any:
+    """A torch dtype, "auto", or None from a dtype or its usual spellings ("bf16", "torch.float32")."""
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower().removeprefix("torch.")
+        if key == "auto":
+            return "auto"
+        if key in _DTYPES:
+            return _DTYPES[key]
+    raise ValueError(
+        f"dtype {value!r} is not understood; use one of float32, bfloat16, float16, auto (or a torch.dtype)."
+    )
+
+
+def _config_dtypes(model_config: Mapping[str, Any]) -> Iterable[tuple]:
     for where, section in (("model_config", model_config), *(
         (f"model_config[{key!r}]", model_config.get(key) or {}) for key in ("model_kwargs", "critic_model_kwargs")
     )):

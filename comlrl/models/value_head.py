@@ -20,7 +20,7 @@ from typing import Any, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from comlrl.models.loading import forward_parameters, model_forward_parameters
+from comlrl.models.signatures import forward_parameters, model_forward_parameters
 
 VALUE_HEAD_FILE = "value_head.pt"
 

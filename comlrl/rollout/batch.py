@@ -9,7 +9,7 @@ numbers them for left-padded prompts, so scores match the logits the samples wer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Sequence
+from typing import Sequence
 
 import torch
 
@@ -126,8 +126,3 @@ def build_sequence_batch(
         final_state=final_state,
     )
     return batch
-
-
-def split_completions(completion_ids: torch.Tensor, lengths: torch.Tensor) -> List[torch.Tensor]:
-    """Rows of a right-padded ``[R, C]`` tensor cut to their lengths (clones, so they own memory)."""
-    return [completion_ids[r, : int(lengths[r])].clone() for r in range(completion_ids.shape[0])]

@@ -276,3 +276,25 @@ def call_reward_function(
     """Call ``reward_func`` once with the convention above and return its values as floats."""
     del signature  # the signature is always read from the function itself
     return RewardFunction(reward_func, num_agents).call_raw(agent_completions, prompts, batch_items)
+
+
+# ----------------------------------------------------------------------------- CoMLRL 1.4.x helpers (comlrl.utils)
+
+
+def set_reward_range(reward_func: Callable[..., Any], minimum: float, maximum: float) -> Callable[..., Any]:
+    """Attach ``reward_range = (minimum, maximum)`` to ``reward_func`` (two finite numbers, min < max)."""
+    low, high = checked_reward_range((minimum, maximum), reward_func)
+    reward_func.reward_range = (low, high)
+    return reward_func
+
+
+def normalize_reward_lengths(rewards: Sequence[float], *, num_agents: int, num_generations: int, algorithm: str) -> List[float]:
+    """Check a per-prompt reward list of an actor-critic trainer: 1 value (shared), N (one per
+    agent) or K (one per generation) values; a single agent passes through."""
+    values = [float(r) for r in rewards]
+    if num_agents == 1 or len(values) in (1, num_agents, num_generations):
+        return values
+    raise ValueError(
+        f"Reward function must return 1 value, {num_generations} (one per generation) or {num_agents} "
+        f"(one per agent) values per prompt for multi-agent {algorithm}; got {len(values)}."
+    )

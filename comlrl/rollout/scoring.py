@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 
 from comlrl.core.logprobs import row_chunk, selected_logprobs
-from comlrl.models.loading import model_forward_parameters
+from comlrl.models.signatures import model_forward_parameters
 from comlrl.rollout.batch import SequenceBatch
 
 

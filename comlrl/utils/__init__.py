@@ -3,8 +3,8 @@
 from comlrl.models.sources import infer_model_name, resolve_model_sources
 from comlrl.rollout.formatters import build_formatters, chat_formatters
 from comlrl.checkpoint.layout import read_checkpoint_metadata
-from comlrl.utils.distributed import DistributedContext, local_context, unwrap_model
-from comlrl.utils.reference_kl import (
+from comlrl.parallel.context import DistributedContext, local_context, unwrap_model
+from comlrl.trainers.reference_kl import (
     clone_reference_models,
     load_reference_models_from_sources,
     reference_kl_coef,
@@ -13,9 +13,9 @@ from comlrl.utils.reference_kl import (
     resolve_reference_devices,
     validate_reference_kl_config,
 )
-from comlrl.utils.reward_processor import RewardProcessors
-from comlrl.utils.reward_utils import call_reward_function, normalize_reward_lengths, resolve_reward_range, set_reward_range
-from comlrl.utils.tokenizer_utils import apply_tokenizer_specials, ensure_pad_token, ensure_tokenizer, resolve_tokenizers
+from comlrl.rollout.reward_processors import RewardProcessors
+from comlrl.rollout.rewards import call_reward_function, normalize_reward_lengths, resolve_reward_range, set_reward_range
+from comlrl.models.tokenizers import apply_tokenizer_specials, ensure_pad_token, ensure_tokenizer, resolve_tokenizers
 
 __all__ = [
     "DistributedContext",

@@ -67,7 +67,10 @@ def python_blocks():
 
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_environment_doc_examples_run(index, tmp_path, monkeypatch):
+    import comlrl.envs.base
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(comlrl.envs.base, "_REGISTRY", dict(comlrl.envs.base._REGISTRY))  # an example may register a task
     exec(compile(python_blocks()[index], f"docs/environments.md block {index}", "exec"), {"__name__": "docs_example"})
 
 

@@ -225,7 +225,7 @@ def test_checkpoints_and_resume_from_the_command_line(chat_models, tmp_path):
     assert saved
     more = [o for o in overrides if "num_train_epochs" not in o] + ["magrpo.num_train_epochs=2"]
     train("magrpo_tldr_config.yaml", more, tmp_path / "run", extra=["--checkpoint-dir", str(checkpoints), "--resume", "--overwrite"])
-    from comlrl.utils import read_checkpoint_metadata
+    from comlrl.checkpoint.layout import read_checkpoint_metadata
 
     latest = sorted(checkpoints.iterdir(), key=lambda p: p.stat().st_mtime)[-1]
     assert read_checkpoint_metadata(str(latest))["progress"]["epoch"] == 2

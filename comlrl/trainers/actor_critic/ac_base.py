@@ -22,14 +22,12 @@ import torch
 import torch.nn as nn
 
 from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics
-from comlrl.models.entities import AgentPlan, agent_count, check_plan_sources, load_agents, plan_agents
+from comlrl.models.entities import AgentPlan, check_plan_sources, load_agents
 from comlrl.models.sources import check_sources_exist
 from comlrl.models.loading import check_model_config, model_device
 from comlrl.models.lora import normalize_peft_configs
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
-from comlrl.rollout.formatters import build_formatters, check_prompt_rows
-from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.tree import RolloutResult, TreeRollout
 from comlrl.trainers.actor_critic.config import ActorCriticFields
 from comlrl.trainers.actor_critic.export import ExportEntry, write_exports
@@ -43,6 +41,7 @@ from comlrl.trainers.actor_critic.samples import (
 )
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
 from comlrl.trainers.base import TrainerBase, chunked
+from comlrl.trainers.construction import bind_task, plan_team
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.parallel.fsdp import full_model_state, is_sharded
@@ -92,9 +91,7 @@ class ActorCriticTrainerBase(TrainerBase):
     ):
         args = self._resolve_args(args)
         self._check_arguments(args, agent_model, agents, tokenizer, reward_func, external_transition, metrics_callback, (critic_model, critics))
-        count = agent_count(agent_model, agents, None, args)
-        args.num_agents = count
-        plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
+        count, plan = plan_team(args, agent_model, agents, None, tokenizer)
         critic_plan = self._plan_critics(args, critic_model, critics, count)
         model_config = check_model_config(model_config)
         peft_configs = (
@@ -110,9 +107,8 @@ class ActorCriticTrainerBase(TrainerBase):
         self.args = args
         self.num_agents = count
         self.model_name = plan.model_name
-        self.formatters = build_formatters(formatters, count, pass_none_external_prompts=True)
-        check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
-        self.reward = RewardFunction(reward_func, count, reward_processor)
+        bind_task(self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                  reward_func=reward_func, reward_processor=reward_processor, pass_none_external_prompts=True)
         self._join_data_parallel(args)
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)

@@ -16,14 +16,14 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from comlrl.core.advantages import group_advantages, normalize_groups
-from comlrl.models.entities import agent_count, load_agents, plan_agents
+from comlrl.models.entities import load_agents
 from comlrl.models.loading import check_model_config
 from comlrl.models.lora import normalize_peft_configs
-from comlrl.rollout.formatters import build_formatters, check_prompt_rows
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.base import TrainerBase, chunked
+from comlrl.trainers.construction import bind_task, plan_team
 from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
@@ -71,12 +71,9 @@ class MAGRPOTrainer(TrainerBase):
             args.advantage_mode = self.default_config_cls.advantage_mode
         if agent_model is None and agents is None:
             raise ValueError("Either agent_model or agents must be provided (a model id, a directory, or a list of them).")
-        count = agent_count(agent_model, agents, num_agents, args)
-        args.num_agents = count
-        plan = plan_agents(agent_model=agent_model, agents=agents, count=count, tokenizer=tokenizer)
-        self.formatters = build_formatters(formatters, count, pass_none_external_prompts=False)
-        check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
-        self.reward = RewardFunction(reward_func, count, reward_processor)
+        count, plan = plan_team(args, agent_model, agents, num_agents, tokenizer)
+        bind_task(self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                  reward_func=reward_func, reward_processor=reward_processor, pass_none_external_prompts=False)
         self._check_transition(args, external_transition, "MAGRPO")
         for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
             if value is not None and not callable(value):
