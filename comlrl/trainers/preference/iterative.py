@@ -24,7 +24,7 @@ from comlrl.models.loading import check_model_config
 from comlrl.models.reward_model import trainable_state
 from comlrl.models.saving import save_pretrained_dir
 from comlrl.rollout.rewards import RewardFunction, resolve_reward_range
-from comlrl.trainers.preference.checkpoint_records import REPLAY_RECORDS, DictState, InitialRewardHead, replay_check
+from comlrl.trainers.preference.checkpointing import REPLAY_RECORDS, DictState, InitialRewardHead, replay_check
 from comlrl.trainers.preference.collection import ItemCandidates, collect_candidates, comparison_pairs, score_candidates
 from comlrl.trainers.preference.comparators import Comparator
 from comlrl.trainers.preference.distributions import distribution_means, distribution_record, wandb_histograms, write_distribution_png

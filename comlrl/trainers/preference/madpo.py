@@ -32,7 +32,7 @@ from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.base import dataset_length
 from comlrl.trainers.preference.centralized import TaggedCentralizedComparatorAdapter, check_adapter
 from comlrl.trainers.preference.collaboration import CentralizedCollaboration, RoleSplittingLogger
-from comlrl.trainers.preference.checkpoint_records import PAIR_RECORDS, pair_list_check
+from comlrl.trainers.preference.checkpointing import PAIR_RECORDS, pair_list_check
 from comlrl.trainers.preference.collection import (
     AgentPreferenceTensors,
     ItemCandidates,
