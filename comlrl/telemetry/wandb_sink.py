@@ -16,7 +16,8 @@ from comlrl.telemetry.redaction import redact_secrets
 
 def scrub_secrets(value: Any) -> Any:
     """A copy of nested dicts/lists with every credential field removed (``api_key``, ``hf_token``,
-    ``password``, ...; not ``max_new_tokens`` or ``pad_token``: see ``comlrl.telemetry.redaction``)."""
+    ``password``, ...; not ``max_new_tokens`` or ``pad_token``) and the credentials of URLs and
+    authorization values in the other strings masked: see ``comlrl.telemetry.redaction``."""
     return redact_secrets(value, drop=True)
 
 
@@ -45,7 +46,7 @@ def wandb_init_kwargs(wandb_config: Mapping[str, Any], run_config: Dict[str, Any
         "project": wandb_config.get("project"),
         "entity": wandb_config.get("entity"),
         "name": wandb_config.get("name") or wandb_config.get("run_name"),
-        "config": run_config,
+        "config": scrub_secrets(run_config),
     }
     if wandb_config.get("dir"):
         os.makedirs(wandb_config["dir"], exist_ok=True)
