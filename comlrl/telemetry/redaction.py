@@ -15,7 +15,8 @@ Values are masked too, whatever their field's name: a URL (alone or inside a lon
 password of its user part and the values of its credential query and fragment parameters (the
 names above plus ``sig``, ``signature``, ``pass``, ``pwd``, ``hmac``), keeping scheme, host, path
 and the other parameters; an authorization value (``Bearer ...``, ``Basic ...``, ``Token ...``)
-keeps only its scheme. Any credential found this way is also masked wherever else it appears in
+keeps only its scheme (outside HTTP headers only when the credential is not a plain word, so
+"Basic arithmetic" stays). Any credential found this way is also masked wherever else it appears in
 the same value (a key pasted into a second, innocently named field or an object's repr).
 """
 
@@ -128,10 +129,13 @@ def redact_url(url: str) -> str:
     return _mask_url(url, [])
 
 
-def _mask_text(text: str, found: List[str]) -> str:
+def _mask_text(text: str, found: List[str], header: bool = False) -> str:
+    """``text`` with its URLs masked and, if it is an authorization value, its credential: any
+    word after the scheme in a header value, elsewhere only a word that is not all letters (so a
+    text such as "Basic arithmetic" stays)."""
     text = _URL.sub(lambda match: _mask_url(match.group(0), found), text)
     auth = _AUTH_VALUE.match(text)
-    if auth:
+    if auth and (header or not auth.group(2).isalpha()):
         found.append(auth.group(2))
         text = f"{auth.group(1)}{MASK}{auth.group(3)}"
     return text
@@ -163,22 +167,26 @@ def _strings(value: Any) -> Iterable[str]:
             yield from _strings(item)
 
 
-def _collect(value: Any, found: List[str]) -> None:
+def _is_headers(key: Any, item: Any) -> bool:
+    return isinstance(key, str) and isinstance(item, Mapping) and _words(key)[-1:] in (["headers"], ["header"])
+
+
+def _collect(value: Any, found: List[str], header: bool = False) -> None:
     """Every credential string in ``value``: values under secret names and those in texts."""
     if isinstance(value, Mapping):
         for key, item in value.items():
             if is_secret_name(key) and not isinstance(item, bool):
                 found.extend(_strings(item))
             else:
-                _collect(item, found)
+                _collect(item, found, _is_headers(key, item) or (header and not isinstance(item, Mapping)))
     elif isinstance(value, (list, tuple)):
         for item in value:
-            _collect(item, found)
+            _collect(item, found, header)
     elif isinstance(value, str):
-        _mask_text(value, found)
+        _mask_text(value, found, header)
 
 
-def _redact(value: Any, drop: bool, secrets: Set[str]) -> Any:
+def _redact(value: Any, drop: bool, secrets: Set[str], header: bool = False) -> Any:
     if isinstance(value, Mapping):
         result = {}
         for key, item in value.items():
@@ -186,13 +194,20 @@ def _redact(value: Any, drop: bool, secrets: Set[str]) -> Any:
                 if not drop:
                     result[key] = None if item is None else MASK
             else:
-                result[key] = _redact(item, drop, secrets)
+                inner = _is_headers(key, item) or (header and not isinstance(item, Mapping))
+                result[key] = _redact(item, drop, secrets, inner)
         return result
     if isinstance(value, (list, tuple)):
-        return type(value)(_redact(item, drop, secrets) for item in value)
+        return type(value)(_redact(item, drop, secrets, header) for item in value)
     if isinstance(value, str):
-        return mask_values(_mask_text(value, []), secrets)
+        return mask_values(_mask_text(value, [], header), secrets)
     return value
+
+
+def _redacted(value: Any, drop: bool, header: bool) -> Any:
+    found: List[str] = []
+    _collect(value, found, header)
+    return _redact(value, drop, {s for s in found if len(s) >= _MIN_PROPAGATED}, header)
 
 
 def redact_secrets(value: Any, *, drop: bool = False) -> Any:
@@ -203,11 +218,10 @@ def redact_secrets(value: Any, *, drop: bool = False) -> Any:
     ``drop=True`` such entries are removed instead. Every string value, whatever its key, has the
     credentials of the URLs in it and of an authorization value masked (``redact_text``), and any
     credential found anywhere in ``value`` is masked wherever it recurs. The input is not modified,
-    so ``redact_secrets(config_dict)`` is safe to write to disk or to W&B.
+    so ``redact_secrets(config_dict)`` is safe to write to disk or to W&B. The values of a mapping
+    under a ``*headers`` key are header values (``redact_headers``).
     """
-    found: List[str] = []
-    _collect(value, found)
-    return _redact(value, drop, {s for s in found if len(s) >= _MIN_PROPAGATED})
+    return _redacted(value, drop, False)
 
 
 def redact_headers(headers: Mapping[str, Any], *, drop: bool = False) -> dict:
@@ -215,7 +229,7 @@ def redact_headers(headers: Mapping[str, Any], *, drop: bool = False) -> dict:
     removed with ``drop=True``."""
     if drop:
         headers = {name: value for name, value in headers.items() if not is_secret_header(name, value)}
-    return redact_secrets(dict(headers), drop=drop)
+    return _redacted(dict(headers), drop, True)
 
 
 def mask_values(text: str, secrets: Iterable[str]) -> str:
