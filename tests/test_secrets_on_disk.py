@@ -206,3 +206,14 @@ def test_comlrl_train_config_files_and_dry_run_hold_no_secret(tmp_path, monkeypa
     fields = resolved["config"]["MADPOIterConfig"]
     assert fields["comparator_api_headers"] == {"Authorization": MASK, "X-Custom": "Bearer ***", "X-Auth": MASK}
     assert plan.config.comparator_api_key == API_KEY  # writing the files changed nothing in the plan
+
+
+def test_a_failed_runs_error_text_is_masked_in_run_summary(tmp_path):
+    from comlrl.telemetry.run_record import RunRecord
+
+    record = RunRecord(str(tmp_path))
+    record._started = None
+    error = RuntimeError(f"POST https://alice:{URL_PASSWORD}@h.example/v1?api_key={QUERY_KEY} failed")
+    record.finish(error=error, models=[], progress={}, history=[])
+    assert files_holding(tmp_path, SECRETS) == {}
+    assert "https://alice:***@h.example/v1?api_key=*** failed" in (tmp_path / "run_summary.json").read_text()

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
 from comlrl.checkpoint.state import jsonable
-from comlrl.telemetry.redaction import redact_secrets
+from comlrl.telemetry.redaction import redact_secrets, redact_text
 
 CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "run_summary.json"
@@ -120,7 +120,7 @@ class RunRecord:
         wall = time.perf_counter() - self._started if self._started is not None else None
         summary = {
             "status": "completed" if error is None else "failed",
-            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+            "error": redact_text(f"{type(error).__name__}: {error}") if error is not None else None,
             "versions": library_versions(),
             "models": models,
             "started_at": self._started_at,
