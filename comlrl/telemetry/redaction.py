@@ -72,12 +72,16 @@ def _has_secret_word(words: List[str], extra: frozenset = frozenset()) -> bool:
     return False
 
 
-def is_secret_name(name: Any, *, _extra: frozenset = frozenset()) -> bool:
+def is_secret_name(name: Any) -> bool:
     """Whether a mapping key names a credential (see the module docstring for the rule)."""
+    return _is_secret(name, frozenset())
+
+
+def _is_secret(name: Any, extra: frozenset) -> bool:
     if not isinstance(name, str):
         return False
     words = _words(name)
-    if not _has_secret_word(words, _extra):
+    if not _has_secret_word(words, extra):
         return False
     if words[-1] in _DESCRIPTIVE_LAST_WORDS:
         return False
@@ -98,7 +102,7 @@ def _masked_params(text: str, found: List[str]) -> str:
     pieces = []
     for piece in text.split("&"):
         name, sep, item = piece.partition("=")
-        if sep and item and is_secret_name(unquote_plus(name), _extra=_QUERY_SECRET_WORDS):
+        if sep and item and _is_secret(unquote_plus(name), _QUERY_SECRET_WORDS):
             found.extend((item, unquote_plus(item)))
             piece = f"{name}={MASK}"
         pieces.append(piece)
