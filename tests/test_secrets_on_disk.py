@@ -217,3 +217,15 @@ def test_a_failed_runs_error_text_is_masked_in_run_summary(tmp_path):
     record.finish(error=error, models=[], progress={}, history=[])
     assert files_holding(tmp_path, SECRETS) == {}
     assert "https://alice:***@h.example/v1?api_key=*** failed" in (tmp_path / "run_summary.json").read_text()
+
+
+def test_the_wandb_run_config_is_scrubbed_as_a_whole():
+    from comlrl.telemetry.wandb_sink import wandb_init_kwargs
+
+    run_config = {"comparator_url": f"https://alice:{URL_PASSWORD}@h.example/v1?model=m", "api_keys": [API_KEY]}
+    sections = {"judge": {"headers": {"X-Custom": f"Bearer {CUSTOM_BEARER}", "X-Auth": X_AUTH}}}
+    kwargs = wandb_init_kwargs({"project": "p", "config_sections": sections}, run_config)
+    assert kwargs["config"] is run_config  # the caller's dict, as in 1.4.x
+    assert run_config == {"comparator_url": "https://alice:***@h.example/v1?model=m",
+                          "judge": {"headers": {"X-Custom": "Bearer ***"}}}
+    assert sections["judge"]["headers"]["X-Auth"] == X_AUTH  # the sections themselves are not modified

@@ -42,11 +42,14 @@ def wandb_init_kwargs(wandb_config: Mapping[str, Any], run_config: Dict[str, Any
             run_config["dataset_name"] = dataset["name"]
         if "type" in dataset:
             run_config["dataset_type"] = dataset["type"]
+    cleaned = scrub_secrets(run_config)  # in place: ``config`` stays the caller's dict, as in 1.4.x
+    run_config.clear()
+    run_config.update(cleaned)
     kwargs: Dict[str, Any] = {
         "project": wandb_config.get("project"),
         "entity": wandb_config.get("entity"),
         "name": wandb_config.get("name") or wandb_config.get("run_name"),
-        "config": scrub_secrets(run_config),
+        "config": run_config,
     }
     if wandb_config.get("dir"):
         os.makedirs(wandb_config["dir"], exist_ok=True)
