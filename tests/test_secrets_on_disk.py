@@ -229,3 +229,27 @@ def test_the_wandb_run_config_is_scrubbed_as_a_whole():
     assert run_config == {"comparator_url": "https://alice:***@h.example/v1?model=m",
                           "judge": {"headers": {"X-Custom": "Bearer ***"}}}
     assert sections["judge"]["headers"]["X-Auth"] == X_AUTH  # the sections themselves are not modified
+
+
+def test_the_http_clients_texts_hold_no_credential(caplog):
+    import pickle
+
+    from comlrl.adapters.completion_api import CompletionAPIRequestError, CompletionClient
+
+    caplog.set_level(logging.DEBUG)
+    with LocalServer() as server:
+        echo = lambda r: Reply(400, {"error": f"bad request {r.headers} {r.query}"})  # noqa: E731 (a server that echoes)
+        server.route("/v1/gen", echo)
+        settings = secret_api_settings(server)
+        client = CompletionClient(settings["comparator_api_url"], headers=settings["comparator_api_headers"],
+                                  api_key=API_KEY, key_header="X-Api-Key", key_prefix=None, sleep=lambda _s: None)
+        with pytest.raises(CompletionAPIRequestError) as raised:
+            client.complete("p", 2, max_new_tokens=4, temperature=0.7, top_p=0.9)
+        texts = [str(raised.value), raised.value.url, repr(client), str(client.to_dict()), caplog.text]
+        with pytest.warns(UserWarning, match="without the credentials"):
+            restored = pickle.loads(pickle.dumps(client))
+        client.close()
+    assert X_AUTH in str(server.requests[0].headers) and CUSTOM_BEARER in str(server.requests[0].headers)  # echoed
+    assert "bad request" in texts[0] and [s for s in SECRETS if any(s in text for text in texts)] == []
+    assert "X-Custom" not in restored._headers and "X-Auth" not in restored._headers and URL_PASSWORD not in restored.url
+    assert client.headers == {"X-Custom": "Bearer ***", "X-Auth": MASK, "Accept-Language": "en"}
