@@ -23,7 +23,7 @@ the same value (a key pasted into a second, innocently named field or an object'
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, List, Mapping, Set, Tuple
+from typing import Any, Iterable, List, Mapping, Set
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 MASK = "***"
