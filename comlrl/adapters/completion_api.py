@@ -49,7 +49,10 @@ from comlrl.adapters.api_settings import (
     per_prompt,
     resolve_key,
 )
-from comlrl.telemetry.redaction import MASK, is_secret_name, mask_values, redact_secrets, redact_url
+from comlrl.telemetry.redaction import (
+    MASK, is_secret_header, is_secret_name, mask_values, redact_headers, redact_secrets, redact_text, redact_url,
+    secrets_in,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -181,8 +184,8 @@ class CompletionClient:
 
     @property
     def headers(self) -> Dict[str, str]:
-        """The extra request headers, credential-named ones masked."""
-        return redact_secrets(self._headers)
+        """The extra request headers, credential ones masked (``is_secret_header``)."""
+        return redact_headers(self._headers)
 
     @property
     def extra_body(self) -> Optional[Dict[str, Any]]:
@@ -404,14 +407,16 @@ class CompletionClient:
         values = [self._api_key] if self._api_key else []
         if self._api_key:
             values.append(auth_header(self._format, self.key_header, self.key_prefix, self._api_key)[1])
-        values.extend(v for k, v in self._headers.items() if is_secret_name(k))
+        values.extend(v for k, v in self._headers.items() if is_secret_header(k, v))
+        values.extend(secret for v in self._headers.values() for secret in secrets_in(v))
+        values.extend(secrets_in(self.url))
         values.extend(
             v for k, v in (self._extra_body or {}).items() if is_secret_name(k) and isinstance(v, str)
         )
         return values
 
     def _mask(self, text: str) -> str:
-        return mask_values(text, self._secret_values())
+        return redact_text(text, self._secret_values())
 
     # ------------------------------------------------------------------ lifecycle, copies, pickles
 
@@ -432,7 +437,7 @@ class CompletionClient:
 
     def __getstate__(self) -> Dict[str, Any]:
         state = {k: v for k, v in self.__dict__.items() if k not in ("_api_key", "_http", "_pool", "_lock", "_sleep")}
-        state["_headers"] = redact_secrets(self._headers, drop=True)
+        state["_headers"] = redact_headers(self._headers, drop=True)
         if self._extra_body is not None:
             state["_extra_body"] = redact_secrets(self._extra_body, drop=True)
         state["url"] = redact_url(self.url)

@@ -147,18 +147,11 @@ class RunPlan:
 
 
 def without_secrets(data: Any) -> Any:
-    """``data`` for the screen or a file: credential-named fields masked (``redact_secrets``) and
-    passwords or credential query parameters of ``*_url`` values masked (``redact_url``)."""
-    from comlrl.telemetry.redaction import redact_secrets, redact_url
+    """``data`` for the screen or a file: credential-named fields masked, and the credentials of
+    every URL and authorization value in it, whatever its field (``redact_secrets``)."""
+    from comlrl.telemetry.redaction import redact_secrets
 
-    def urls(value: Any) -> Any:
-        if isinstance(value, Mapping):
-            return {k: redact_url(v) if str(k).endswith("_url") and isinstance(v, str) else urls(v) for k, v in value.items()}
-        if isinstance(value, list):
-            return [urls(v) for v in value]
-        return value
-
-    return urls(redact_secrets(data))
+    return redact_secrets(data)
 
 
 def _plain(value: Any) -> Any:

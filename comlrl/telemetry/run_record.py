@@ -2,7 +2,8 @@
 
 - ``run_config.json`` at ``train()`` start: the trainer and config class, every config field (after
   validation, so defaults and derived values are explicit) and the W&B settings, with the value of
-  every key that names a credential replaced by ``"***"``.
+  every key that names a credential replaced by ``"***"`` and the credentials in URLs and header
+  values masked (``comlrl.telemetry.redaction``).
 - ``run_summary.json`` when ``train()`` returns or fails: status, library versions, each model and
   where it came from, the wall time of this ``train()`` call, progress, and the latest value of
   every logged metric.
@@ -21,7 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
 from comlrl.checkpoint.state import jsonable
-from comlrl.telemetry.wandb_sink import scrub_secrets
+from comlrl.telemetry.redaction import redact_secrets, redact_text
 
 CONFIG_FILE = "run_config.json"
 SUMMARY_FILE = "run_summary.json"
@@ -29,15 +30,11 @@ MASK = "***"
 
 
 def redact(value: Any) -> Any:
-    """A copy of nested dicts/lists with the value of every credential key replaced by ``"***"`` (the
-    key stays, so a reader sees it was set). Which keys are credentials is the W&B sink's rule
-    (``scrub_secrets`` drops exactly them), so the two never disagree."""
-    if isinstance(value, Mapping):
-        kept = scrub_secrets(dict.fromkeys(value))
-        return {key: redact(item) if key in kept else (None if item is None else MASK) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact(item) for item in value]
-    return value
+    """A JSON copy of ``value`` with every credential masked (``redact_secrets``: the value of a
+    credential key becomes ``"***"``, the key stays so a reader sees it was set; URLs and
+    authorization values anywhere lose their credentials). Objects become their repr first, so a
+    credential inside a repr is masked too. The W&B sink drops exactly the keys masked here."""
+    return redact_secrets(jsonable(value))
 
 
 def write_json_atomically(path: str, value: Any) -> None:
@@ -123,7 +120,7 @@ class RunRecord:
         wall = time.perf_counter() - self._started if self._started is not None else None
         summary = {
             "status": "completed" if error is None else "failed",
-            "error": f"{type(error).__name__}: {error}" if error is not None else None,
+            "error": redact_text(f"{type(error).__name__}: {error}") if error is not None else None,
             "versions": library_versions(),
             "models": models,
             "started_at": self._started_at,

@@ -16,7 +16,8 @@ from comlrl.telemetry.redaction import redact_secrets
 
 def scrub_secrets(value: Any) -> Any:
     """A copy of nested dicts/lists with every credential field removed (``api_key``, ``hf_token``,
-    ``password``, ...; not ``max_new_tokens`` or ``pad_token``: see ``comlrl.telemetry.redaction``)."""
+    ``password``, ...; not ``max_new_tokens`` or ``pad_token``) and the credentials of URLs and
+    authorization values in the other strings masked: see ``comlrl.telemetry.redaction``."""
     return redact_secrets(value, drop=True)
 
 
@@ -41,6 +42,9 @@ def wandb_init_kwargs(wandb_config: Mapping[str, Any], run_config: Dict[str, Any
             run_config["dataset_name"] = dataset["name"]
         if "type" in dataset:
             run_config["dataset_type"] = dataset["type"]
+    cleaned = scrub_secrets(run_config)  # in place: ``config`` stays the caller's dict, as in 1.4.x
+    run_config.clear()
+    run_config.update(cleaned)
     kwargs: Dict[str, Any] = {
         "project": wandb_config.get("project"),
         "entity": wandb_config.get("entity"),

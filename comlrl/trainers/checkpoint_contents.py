@@ -14,6 +14,7 @@ from comlrl.checkpoint.store import TrainingCheckpointMixin, build_identity
 from comlrl.checkpoint.files import CheckpointError
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, DataclassState
 from comlrl.parallel.fsdp import gather_states
+from comlrl.telemetry.redaction import redact_secrets
 
 
 class PolicyVersions:
@@ -114,14 +115,15 @@ class TrainerCheckpoints(TrainingCheckpointMixin):
         return identity
 
     def _checkpoint_base_identity(self) -> Dict[str, Any]:
-        return build_identity(
+        # the manifest is written to disk: credentials in URLs, headers and credential fields masked
+        return redact_secrets(build_identity(
             config=self.args,
             dataset=self.train_dataset,
             tokenizers={f"agents.{i}": tok for i, tok in enumerate(self.tokenizers)},
             wandb=self._wandb.identity if self._wandb is not None else None,
             progress=asdict(self.state),
             generation=self._generation_kwargs,
-        )
+        ))
 
     def _checkpoint_check(self, manifest: Mapping[str, Any], states: Mapping[str, Any]) -> None:
         progress, total = states["progress"], self.args.num_train_epochs
