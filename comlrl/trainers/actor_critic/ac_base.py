@@ -292,7 +292,8 @@ class ActorCriticTrainerBase(TrainerBase):
         Order within an item: agent by agent; for each agent the tree's nodes in pre-order and the K
         samples of a node in order, so every agent's list is aligned (entry k of each is one joint sample).
         """
-        kl_coef = self.args.reference_kl_coef if self.args.reference_kl_enabled else None
+        a = self.args
+        kl_coef = a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "reward" else None
         critic_input = self._critic_input if training else None
         trees: List[List[NodeSamples]] = [
             [build_node_samples(agent, root, kl_coef=kl_coef, critic_input=critic_input) for root in result.roots]
@@ -383,7 +384,9 @@ class ActorCriticTrainerBase(TrainerBase):
             kls = [s.metadata for s in at if "reference_kl" in s.metadata]
             if kls:
                 metrics[f"turn_{turn + 1}/reference_kl_mean"] = _mean([m["reference_kl"] for m in kls])
-                metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = _mean([m["reference_kl_penalty"] for m in kls])
+                penalties = [m["reference_kl_penalty"] for m in kls if "reference_kl_penalty" in m]  # reward mode only
+                if penalties:
+                    metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = _mean(penalties)
         return metrics
 
     def _callback_metrics(self, samples: List[RolloutSample]) -> Dict[str, float]:
@@ -471,7 +474,7 @@ class ActorCriticTrainerBase(TrainerBase):
         for sample in samples:
             stale = sample.policy_version != policy.version
             rows.add(sample.prompt_ids, sample.completion_ids, float(sample.normalized_advantage), 1.0 / len(samples),
-                     sample.old_token_logprobs, stale)
+                     sample.old_token_logprobs, stale, sample.reference_token_logprobs)
         auxiliary = None
         if self._critic_of_agent[agent] is None:
             auxiliary = SharedValueLoss(
@@ -481,6 +484,7 @@ class ActorCriticTrainerBase(TrainerBase):
         metrics = backward_policy_rows(
             policy, rows, temperature=a.temperature, clip_range=a.importance_clip_range,
             micro_batch_size=a.update_micro_batch_size, label=label, auxiliary=auxiliary,
+            kl_coef=a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "loss" and self.reference_models else None,
         )
         metrics["policy_loss"] = metrics.pop("loss")
         metrics["grad_norm"] = policy.optimizer.step(label)

@@ -34,8 +34,8 @@ class RolloutSample:
     """One agent's completion at one turn of one episode (CoMLRL 1.4.3 fields first).
 
     Scalars are 0-d CPU tensors. ``metadata`` (shown to ``metrics_callback``) holds ``turn_idx``,
-    ``generation_idx``, ``batch_item`` and, with reference KL, ``reference_kl``,
-    ``reference_kl_penalty`` and ``environment_reward``.
+    ``generation_idx``, ``batch_item`` and, with reference KL, ``reference_kl`` and
+    ``environment_reward`` (and ``reference_kl_penalty`` with ``reference_kl_mode="reward"``).
     """
 
     agent_idx: int
@@ -57,6 +57,7 @@ class RolloutSample:
     old_token_logprobs: Optional[torch.Tensor] = None  # [C] log-probs recorded while sampling
     critic_input_ids: Optional[torch.Tensor] = None  # 1-D ids the critic reads for this sample
     policy_version: int = 0  # the agent's optimizer steps when this was sampled (stale once it steps again)
+    reference_token_logprobs: Optional[torch.Tensor] = None  # [C] under the frozen reference (KL loss)
 
     @property
     def turn_idx(self) -> int:
@@ -97,6 +98,7 @@ CriticInput = Callable[[int, Node, int, torch.Tensor, torch.Tensor], Optional[to
 
 
 def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_input: Optional[CriticInput]) -> tuple:
+    """``kl_coef`` (``reference_kl_mode="reward"`` only) subtracts the KL penalty from the reward."""
     completions = node.level.completions[agent]
     row = node.completions[agent][j]
     prompt_ids, completion_ids = completions.prompt_of_row(row), completions.tokens[row]
@@ -109,6 +111,9 @@ def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_inp
         # the penalty is k1 = log pi - log pi_ref (core.kl.sequence_log_ratio); the logged KL is k3
         penalty = kl_coef * float(extras["reference_log_ratio"][row])
         metadata.update(reference_kl=kl, reference_kl_penalty=penalty, environment_reward=reward)
+    elif extras.get("reference_kl") is not None:
+        metadata.update(reference_kl=float(extras["reference_kl"][row]), environment_reward=reward)
+    reference_tokens = extras["reference_logprobs"][row] if extras.get("reference_logprobs") is not None else None
     old_tokens = completions.logprobs[row] if completions.logprobs is not None else None
     sample = RolloutSample(
         agent_idx=agent,
@@ -126,6 +131,7 @@ def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_inp
         metadata=metadata,
         old_token_logprobs=old_tokens,
         critic_input_ids=critic_input(agent, node, j, prompt_ids, completion_ids) if critic_input else None,
+        reference_token_logprobs=reference_tokens,
     )
     return sample, reward - penalty
 

@@ -192,6 +192,8 @@ class MAGRPOTrainer(TrainerBase):
                 at = [s for s in result.samples if s.turn_idx == turn and s.reference_kl is not None]
                 if at:
                     metrics[f"turn_{turn + 1}/reference_kl_mean"] = float(torch.cat([s.reference_kl for s in at]).mean())
+                    if not self._kl_in_reward():
+                        continue
                     penalty = torch.cat([s.reference_log_ratio for s in at]).mean() * self.args.reference_kl_coef
                     metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = float(penalty)
         self.metrics.record(metrics)
@@ -215,13 +217,22 @@ class MAGRPOTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ update
     def _advantages(self, sample: GroupSample) -> torch.Tensor:
-        """Group advantages of ``returns - reference_kl_coef * (log pi - log pi_ref)`` (see
-        ``core.kl.sequence_log_ratio`` for why the penalty is k1, not the logged k3)."""
+        """Group advantages of the returns; with ``reference_kl_mode="reward"`` of
+        ``returns - reference_kl_coef * (log pi - log pi_ref)`` (see ``core.kl.sequence_log_ratio`` for
+        why the penalty is k1, not the logged k3). The default "loss" mode leaves the KL out of them."""
         returns = sample.returns.float()
-        if self.args.reference_kl_enabled and sample.reference_log_ratio is not None:
+        if self._kl_in_reward() and sample.reference_log_ratio is not None:
             returns = returns - self.args.reference_kl_coef * sample.reference_log_ratio.float()
         advantages = group_advantages(returns, self.args.advantage_mode)
         return normalize_groups(advantages) if self.args.advantage_normalization else advantages
+
+    def _kl_in_reward(self) -> bool:
+        return self.args.reference_kl_enabled and self.args.reference_kl_mode == "reward"
+
+    def _kl_loss_coef(self) -> Optional[float]:
+        """The coefficient of the per-token KL loss term (None unless ``reference_kl_mode="loss"``)."""
+        a = self.args
+        return a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "loss" and self.reference_models else None
 
     def _update(self, agent: int, samples: List[GroupSample], rng: random.Random) -> List[Dict[str, float]]:
         """Per turn (ascending): shuffle, split into minibatches, one optimizer step per minibatch;
@@ -253,11 +264,12 @@ class MAGRPOTrainer(TrainerBase):
             stale = sample.policy_version != policy.version
             for k, completion in enumerate(sample.completion_ids):
                 old = sample.old_logprobs[k] if sample.old_logprobs is not None else None
-                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale)
+                reference = sample.reference_logprobs[k] if sample.reference_logprobs is not None else None
+                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale, reference)
         label = f"{self.algorithm_name} agent {agent} (env_step {self.env_step})"
         metrics = backward_policy_rows(
             policy, rows, temperature=self.args.temperature, clip_range=self.args.importance_clip_range,
-            micro_batch_size=self.args.update_micro_batch_size, label=label,
+            micro_batch_size=self.args.update_micro_batch_size, label=label, kl_coef=self._kl_loss_coef(),
         )
         metrics["grad_norm"] = policy.optimizer.step(label)
         stacked = torch.cat(advantage_values)
