@@ -155,6 +155,13 @@ class MADPOConfig(RolloutFields):
             )
 
 
+# MARLHFConfig fields only one family of RL backends reads (advantage_mode: see ``_follow_rl_algorithm``).
+GROUP_BACKEND_FIELDS = ("joint_mode", "buffers_per_generation")
+ACTOR_CRITIC_BACKEND_FIELDS = ("critic_model_name", "critic_learning_rate", "critic_devices", "critic_type", "value_loss_coef",
+                               "critic_value_head_hidden_dim", "update_epochs")
+IAC_BACKEND_FIELDS = ("use_separate_critic", "value_clip_range", "value_head_hidden_dim")
+
+
 @dataclass
 class MARLHFConfig(MADPOConfig):
     """Multi-Agent RL from Human(-style) Feedback: preference pairs -> a joint reward model
@@ -234,7 +241,21 @@ class MARLHFConfig(MADPOConfig):
         if not isinstance(self.reward_freeze_backbone, bool):
             raise ValueError(f"reward_freeze_backbone must be True or False. Got {self.reward_freeze_backbone!r}.")
         self._validate_critic_fields()
+        self._refuse_other_backends_fields(canonical)
         self._follow_rl_algorithm(canonical)
+
+    def _refuse_other_backends_fields(self, algorithm: str) -> None:
+        """A field set explicitly that the chosen RL backend never reads is an error, not ignored."""
+        if algorithm in ACTOR_CRITIC_ALGORITHMS:
+            unused = set(GROUP_BACKEND_FIELDS) | (set(IAC_BACKEND_FIELDS) if algorithm == "maac" else set())
+        else:
+            unused = set(ACTOR_CRITIC_BACKEND_FIELDS) | set(IAC_BACKEND_FIELDS)
+        for name in sorted(unused):
+            if self.is_explicit(name):
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not used by rl_algorithm={algorithm!r}; remove it, or choose an "
+                    f"rl_algorithm that reads it."
+                )
 
     def _validate_reward_device(self) -> None:
         if self.reward_model_device is None:
@@ -266,6 +287,11 @@ class MARLHFConfig(MADPOConfig):
     def _follow_rl_algorithm(self, algorithm: str) -> None:
         """The group baseline is the one ``rl_algorithm`` names; an explicit other one is an error."""
         if algorithm not in GROUP_RL_ALGORITHMS:
+            if self.is_explicit("advantage_mode"):
+                raise ValueError(
+                    f"advantage_mode={self.advantage_mode!r} is not used by rl_algorithm={algorithm!r} (its advantages come "
+                    f"from the critic); remove it."
+                )
             return
         mode = GROUP_RL_ALGORITHMS[algorithm]
         if self.is_explicit("advantage_mode") and self.advantage_mode != mode:
