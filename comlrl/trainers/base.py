@@ -214,7 +214,8 @@ class TrainerBase(TrainerCheckpoints):
         self.precision = resolve_precision(a.precision, model_config, self.agent_devices)
         a.precision = self.precision.name
         require_optional_packages(a)
-        self._lora = LoraBases()
+        mp_recompute = a.parallel_training == "mp" and a.gradient_checkpointing
+        self._lora = LoraBases("parallel_training='mp' with gradient_checkpointing=True" if mp_recompute else None)
         return LoadOptions(self.precision, explicit, a.gradient_checkpointing)
 
     def _uses_reference_models(self) -> bool:

@@ -95,16 +95,19 @@ def build_references(
     agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device], dtype: Optional[torch.dtype] = None
 ) -> List[nn.Module]:
     """Frozen copies of the initial agents (in ``dtype`` when given); agents loaded from the same id
-    share one reference. An agent that is a LoRA adapter over a frozen base gets that base with its
-    adapters disabled instead of a copy."""
+    share one reference. An agent that is a LoRA adapter over a frozen base gets its initial policy
+    over that base instead of a copy (``SharedBase.reference_module``)."""
     shared: Dict[Any, nn.Module] = {}
     references = []
     for model, source, device in zip(agents, sources, devices):
+        reference = adapter_free_reference(model)  # each adapter's own initial policy, never shared by source
+        if reference is not None:
+            references.append(reference)
+            continue
         key = (source, device) if isinstance(source, str) else None
         if key is not None and key in shared:
             references.append(shared[key])
             continue
-        reference = adapter_free_reference(model)
         if reference is None:
             reference = frozen_copy(model, device, dtype)
         if key is not None:
