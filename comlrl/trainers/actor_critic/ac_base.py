@@ -16,6 +16,7 @@ One training step (``_train_step``):
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -411,6 +412,8 @@ class ActorCriticTrainerBase(TrainerBase):
             group = [[s for s in buffer if s.turn_idx == turn] for buffer in buffers]
             center = self.args.critic_type == "q" and self.args.num_generations == 1
             for samples in group:
+                if center and len(samples) == 1 and not self._dist.enabled:
+                    self._warn_single_q_group(turn)
                 advantages = normalized_advantages(
                     samples, self.args.advantage_normalization, center_leave_one_out=center,
                     sum_over_ranks=self._dist.sum_tensors if self._dist.enabled else None,
@@ -422,6 +425,17 @@ class ActorCriticTrainerBase(TrainerBase):
                 random.shuffle(order)
                 for minibatch in chunked(order, self._per_rank(self.args.train_batch_size, "train_batch_size")):
                     self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
+
+    def _warn_single_q_group(self, turn: int) -> None:
+        if getattr(self, "_warned_single_q_group", False):
+            return
+        self._warned_single_q_group = True
+        warnings.warn(
+            f"{self.algorithm_name}: a drained buffer holds one sample of turn {turn + 1} for an actor; with critic_type='q' "
+            f"and num_generations=1 its advantage (Q minus the mean Q of the group's other samples) is exactly 0, so that "
+            f"sample teaches its actor nothing. Raise rollout_buffer_size or num_generations. Shown once.",
+            stacklevel=2,
+        )
 
     def _update_minibatch(self, batch: List[List[RolloutSample]]) -> None:
         """``batch[i]``: agent i's samples of the same joint samples. One step per actor, then one per

@@ -11,9 +11,9 @@ they are all V(h'); for a Q critic this is expected SARSA over the child's sampl
 no bootstrap where j has no child. ``r`` is the agent's reward minus its reference-KL penalty and
 the values are the critic's estimates at rollout time.
 
-Advantages: for a V critic, the TD error ``y - V(h)``. For a Q critic, ``Q(h, a_j) - b(h)`` with a
-baseline that does not depend on the sampled action: the mean of Q over the node's K samples
-(K > 1). The TD error ``r + gamma Q(h', a') - Q(h, a)`` that CoMLRL 1.4.3 used has expectation zero
+Advantages: for a V critic, the TD error ``y - V(h)``. For a Q critic, ``Q(h, a_j) - b_j(h)`` with a
+baseline that does not depend on the sampled action: the mean of Q over the node's other K - 1
+samples (K > 1; leave-one-out, so ``A_j = K / (K - 1) * (Q_j - mean_k Q_k)``). The TD error ``r + gamma Q(h', a') - Q(h, a)`` that CoMLRL 1.4.3 used has expectation zero
 given (h, a) for an accurate critic, so the actor would learn only from the critic's errors. With
 K = 1 the node has no other sample, so the raw ``Q(h, a)`` is stored and the update centres it on the
 mean of the other samples of its (agent, turn) group (``normalized_advantages``).
@@ -163,8 +163,9 @@ def assign_td_targets(tree: NodeSamples, discount: float, critic_type: str = "v"
         target = torch.tensor(reward, dtype=torch.float32) + discount * bootstrap
         sample.value_target = target.clone()
         if critic_type == "q":
-            # Q(h, a_j) - mean_k Q(h, a_k); with one sample the update centres it (see module docstring)
-            sample.advantage = (values[j] - values.mean()).clone() if len(values) > 1 else values[j].clone()
+            # Q(h, a_j) - mean_{k != j} Q(h, a_k); with one sample the update centres it (see module docstring)
+            others = (values.sum() - values[j]) / (len(values) - 1) if len(values) > 1 else None
+            sample.advantage = (values[j] - others).clone() if others is not None else values[j].clone()
         else:
             sample.advantage = (target - values[j]).clone()
         if child is not None:

@@ -14,7 +14,7 @@ import torch
 
 from comlrl.core.advantages import ADVANTAGE_MODES
 from comlrl.core.preference import PAIR_SELECTIONS
-from comlrl.trainers.actor_critic.config import CRITIC_TYPES
+from comlrl.trainers.actor_critic.config import CRITIC_TYPES, validate_q_groups
 from comlrl.trainers.config_base import (
     RESUMABLE_RUN_FIELDS,
     RolloutFields,
@@ -241,6 +241,8 @@ class MARLHFConfig(MADPOConfig):
         if not isinstance(self.reward_freeze_backbone, bool):
             raise ValueError(f"reward_freeze_backbone must be True or False. Got {self.reward_freeze_backbone!r}.")
         self._validate_critic_fields()
+        if canonical in ACTOR_CRITIC_ALGORITHMS:
+            validate_q_groups(self)
         self._refuse_other_backends_fields(canonical)
         self._follow_rl_algorithm(canonical)
 
