@@ -56,6 +56,9 @@ class GroupSample:
     policy_version: int = 0  # the agent's optimizer steps when it sampled these (stale once it steps again)
     reference_log_ratio: Optional[torch.Tensor] = None  # [K] log pi - log pi_ref: the KL penalty's basis
     reference_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D per-token log-probs under the reference
+    # [rollout env_step, turn, item id, *path]: the same for this group in every process layout; a
+    # drain orders its buffer by it, so one process and N data-parallel ones shuffle the same list
+    order: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -294,6 +297,7 @@ class TreeRollout:
             reference_log_ratio=log_ratio[rows[0] : rows[-1] + 1].clone() if log_ratio is not None else None,
             old_logprobs=[old[row] for row in rows] if old is not None else None,
             reference_logprobs=[reference[row] for row in rows] if reference is not None else None,
+            order=[node.turn, node.item_id, *node.path],
         )
 
     def _turn_metrics(self, nodes: List[Node]) -> Dict[str, float]:

@@ -426,6 +426,19 @@ class ActorCriticTrainerBase(TrainerBase):
                 for minibatch in chunked(order, self._per_rank(self.args.train_batch_size, "train_batch_size")):
                     self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
 
+    def _check_data_parallel(self) -> None:
+        """Beyond the even splits: each rank shuffles only its own block of a buffer into minibatches,
+        which equals one process's shuffle of the whole buffer only when a minibatch is the whole buffer."""
+        super()._check_data_parallel()
+        a = self.args
+        if self._dist.world_size > 1 and a.train_batch_size < a.rollout_buffer_size:
+            raise ValueError(
+                f"{self.algorithm_name} under data parallelism needs train_batch_size == rollout_buffer_size (got "
+                f"train_batch_size={a.train_batch_size}, rollout_buffer_size={a.rollout_buffer_size}): its minibatches are "
+                f"drawn per process, so smaller ones would train other maths than one process. Set train_batch_size="
+                f"{a.rollout_buffer_size} (or None), or use MAGRPO, whose minibatches are global."
+            )
+
     def _warn_single_q_group(self, turn: int) -> None:
         if getattr(self, "_warned_single_q_group", False):
             return

@@ -152,12 +152,14 @@ class MAGRPOTrainer(TrainerBase):
 
     def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
         tree = self._tree(num_generations=self.args.num_generations)
+        start = self.env_step  # the same on every rank
         result = tree.run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
         self.env_step += self._dist.sum_int(result.env_steps)
         self._record_rollout(result)
         self._record_tree_signal(tree, result)
         for sample in result.samples:
             sample.policy_version = self.policies[sample.agent_idx].version
+            sample.order = [start, *sample.order]
             self.rollout_buffers[sample.agent_idx].append(sample)
         size = self._per_rank(self.args.rollout_buffer_size, "rollout_buffer_size")
         batches: List[List[List[GroupSample]]] = [[] for _ in self.rollout_buffers]
@@ -173,6 +175,8 @@ class MAGRPOTrainer(TrainerBase):
         ``parallel_training="mp"``. Each drain shuffles with its own generator, seeded here in agent
         order, so both schedules compute the same numbers."""
         seeds = [draw_seeds(len(agent_batches)) if agent_batches else [] for agent_batches in batches]
+        seeds = self._dist.broadcast_object(seeds)  # every rank shuffles the global buffer alike
+        batches = [[self._global_buffer(batch) for batch in agent_batches] for agent_batches in batches]
 
         def task(agent: int) -> List[Dict[str, float]]:
             rows: List[Dict[str, float]] = []
@@ -234,15 +238,23 @@ class MAGRPOTrainer(TrainerBase):
         a = self.args
         return a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "loss" and self.reference_models else None
 
+    def _global_buffer(self, samples: List[GroupSample]) -> List[GroupSample]:
+        """The whole run's buffer of which ``samples`` is this rank's block (every rank's groups, token
+        ids, returns and log-probs exchanged), in the order of ``GroupSample.order``: one process and
+        N data-parallel ones hold the same list."""
+        everything = [s for block in self._dist.all_gather(samples) for s in block]
+        return sorted(everything, key=lambda s: s.order)
+
     def _update(self, agent: int, samples: List[GroupSample], rng: random.Random) -> List[Dict[str, float]]:
-        """Per turn (ascending): shuffle, split into minibatches, one optimizer step per minibatch;
-        returns each step's metrics."""
+        """Per turn (ascending): shuffle the global buffer ``samples``, split it into minibatches of
+        ``train_batch_size`` groups, one optimizer step per minibatch (each data-parallel rank takes its
+        share of every minibatch, their gradients averaged); returns each step's metrics."""
         rows = []
         for turn in sorted({s.turn_idx for s in samples}):
             group = [s for s in samples if s.turn_idx == turn]
             rng.shuffle(group)
-            for minibatch in chunked(group, self._per_rank(self.args.train_batch_size, "train_batch_size")):
-                metrics = self._policy_step(agent, list(minibatch))
+            for minibatch in chunked(group, self.args.train_batch_size):
+                metrics = self._policy_step(agent, self._dist.share(list(minibatch), "train_batch_size"))
                 rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
         return rows
 
