@@ -1,6 +1,7 @@
 """Data-parallel runs of the combination tests (test_combinations.py), run both in one process and
 under torchrun with 2 ranks (through dp_worker.py, ``module="combination_scenarios"``)."""
 
+import combination_matrix as matrix
 from dp_scenarios import magrpo, summary
 
 # every buffer/batch ratio the data-parallel promise covers: a buffer of 4 groups in minibatches of
@@ -14,4 +15,15 @@ def run_magrpo_small_batch(paths, out):
     return summary(trainer)
 
 
-SCENARIOS = {"magrpo_small_batch": run_magrpo_small_batch}
+def dp2_cells():
+    """The matrix cells with 2-rank data parallelism that are not refused: dp2 alone and its accepted pairs."""
+    cells = [("dp2",)] + [pair for pair in matrix.pairs() if "dp2" in pair and frozenset(pair) not in matrix.REFUSED]
+    return [tuple(f for f in cell if f != "dp2") for cell in cells]
+
+
+def run_matrix_dp2(paths, out):
+    """Every accepted dp2 cell in this one launch (the features other than dp2; torchrun supplies it)."""
+    return {"+".join(cell) or "base": matrix.run(paths, cell) for cell in dp2_cells()}
+
+
+SCENARIOS = {"magrpo_small_batch": run_magrpo_small_batch, "matrix_dp2": run_matrix_dp2}

@@ -122,6 +122,11 @@ class MADPOConfig(RolloutFields):
         require_int_at_least(self, "train_batch_size", 1)
         normalize_parallel_training(self, ["agent_devices"])
         validate_reference_kl(self)
+        if self.reference_kl_enabled and not self._reads_reference_kl():
+            raise ValueError(
+                f"reference_kl_enabled=True is not used by {type(self).__name__.removesuffix('Config')}: its DPO loss has "
+                f"no reference-KL penalty (dpo_beta sets how far the policy may move); remove it."
+            )
         if self.num_turns != 1:
             raise ValueError(
                 f"MADPO currently supports num_turns=1 only (got num_turns={self.num_turns}); the preference "
@@ -137,6 +142,10 @@ class MADPOConfig(RolloutFields):
 
     def _centralize_comparator(self) -> None:
         """Hook of the iterative configs: a centralized team has one comparator generator (index 0)."""
+
+    def _reads_reference_kl(self) -> bool:
+        """Whether reference_kl_enabled means anything (MARLHF's RL phase; not MADPO's DPO loss)."""
+        return False
 
     def _validate_preference(self) -> None:
         require_int_at_least(self, "preference_num_candidates", 2)
@@ -223,6 +232,9 @@ class MARLHFConfig(MADPOConfig):
     """PPO clip epsilon of off-policy updates (MAGRPO ``buffers_per_generation > 1``, AC ``update_epochs > 1``)."""
     update_epochs: int = 1
     """Actor-critic: passes over each drained buffer (see IACConfig)."""
+
+    def _reads_reference_kl(self) -> bool:
+        return True
 
     def _validate_preference(self) -> None:
         super()._validate_preference()

@@ -98,7 +98,14 @@ class MADPOTrainer(MAGRPOTrainer):
         args: Optional[MADPOConfig] = None,
         *,
         centralized_comparator_adapter: Any = None,
+        peft_config: Any = None,
     ):
+        if peft_config is not None:
+            raise ValueError(
+                f"peft_config is not supported by {type(self).__name__} yet: the preference trainers train full weights "
+                f"(their pair scoring and reward learning have no adapter path). Remove peft_config, or train LoRA "
+                f"adapters with MAGRPOTrainer / IACTrainer / MAACTrainer."
+            )
         args = self._resolve_args(args)
         self.centralized_adapter = check_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
         self.collaboration: Optional[CentralizedCollaboration] = None
