@@ -26,6 +26,7 @@ import torch
 
 from comlrl.core.losses import sequence_logprobs
 from comlrl.core.preference import joint_margin_loss, preference_accuracy
+from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.formatters import build_formatters
 from comlrl.rollout.scoring import score_completions
@@ -328,15 +329,17 @@ class MADPOTrainer(MAGRPOTrainer):
 
     def _score_margins(self, agent: int, pairs: Sequence[PreferencePair]) -> torch.Tensor:
         """``Delta_agent`` of ``pairs`` (``[B]``, with a graph when grad is enabled): one forward over
-        the winners and losers of every pair (2B rows), in eval mode (no dropout: the scored
-        distribution is the model's own)."""
+        the winners and losers of every pair (2B rows) in the scoring mode of every policy update (no
+        dropout, checkpointed layers still checkpointing, the precision's autocast)."""
         policy = self.policies[agent]
-        policy.model.eval()
+        scoring_mode(policy.model)
         part = [pair.agent_tensors[agent] for pair in pairs]
         batch = build_sequence_batch([t.prompt_input_ids for t in part] * 2,
                                      [t.winner_completion_ids for t in part] + [t.loser_completion_ids for t in part],
                                      policy.pad_id, policy.device)
-        logps = sequence_logprobs(score_completions(policy.model, batch).logprobs, batch.mask)
+        with policy.autocast():
+            logprobs = score_completions(policy.model, batch).logprobs
+        logps = sequence_logprobs(logprobs.float(), batch.mask)
         return logps[: len(part)] - logps[len(part) :]
 
     def _joint_backward(self, pairs: Sequence[PreferencePair]) -> bool:
