@@ -17,6 +17,13 @@
 
 peak = resident + max(rollout peak, update peak).
 
+The preference trainers: MADPO's rollout is its candidate collection (``collection_batch_size``
+items x ``preference_num_candidates`` rows per generate call) and its update one micro-batch of
+``train_batch_size`` pairs, winners and losers in one forward (2 rows per pair), with no
+reference. MARLHF is the run of its RL backend (``rl_algorithm``) plus the joint reward model's
+weights, resident throughout (its AdamW moments are released after reward learning); its
+collection is MADPO's and counts when larger than the backend's rollout.
+
 Activation sizes are per token and decoder layer, counted from the tensors autograd saves in
 transformers' Llama / Qwen2 / Qwen3 decoder layers (``ACTIVATION_BYTES``, measured with
 ``torch.autograd.graph.saved_tensors_hooks`` on transformers 5.24 / torch 2.13). Attention adds
@@ -159,7 +166,7 @@ class RunShape:
 
     agents: Sequence[Entity]
     critics: Sequence[Entity] = ()
-    algorithm: str = "magrpo"  # magrpo | iac | maac
+    algorithm: str = "magrpo"  # magrpo | iac | maac | madpo | marlhf
     shared_value_heads: bool = False  # IAC with use_separate_critic=False
     critic_type: str = "v"
     num_generations: int = 4
@@ -175,6 +182,8 @@ class RunShape:
     optimizer: str = "adamw"
     optimizer_in_backward: bool = True
     device: str = "cuda"
+    reward_model: Optional[ModelShape] = None  # MARLHF's joint reward model (weights resident)
+    collection_rows: int = 0  # preference trainers: rows of one candidate-collection generate call
 
 
 @dataclass
@@ -240,6 +249,8 @@ def _resident(run: RunShape) -> Dict[str, int]:
         distinct = {e.source: e.shape.parameters for e in run.agents if not e.lora_rank}
         parts["references (frozen)"] = sum(distinct.values()) * (w if run.precision in ("bf16", "fp16") else frozen)
     parts["optimizer state"] = int(trainable * _optimizer_bytes(run))
+    if run.reward_model is not None:
+        parts["reward model (weights)"] = run.reward_model.parameters * w
     return parts
 
 
@@ -264,7 +275,7 @@ def _autocast_copy(run: RunShape, entity: Entity) -> int:
 def _rollout(run: RunShape) -> Dict[str, int]:
     best: Dict[str, int] = {}
     element = 4 if run.precision == "fp32" else 2
-    rows = run.items_per_generate * run.num_generations
+    rows = max(run.items_per_generate * run.num_generations, run.collection_rows)
     length = run.prompt_tokens + run.max_new_tokens
     for entity in run.agents:
         s = entity.shape
@@ -354,6 +365,10 @@ def run_shape(
     IAC/MAAC: a step generates enough items to fill a buffer; an optimizer step scores
     ``train_batch_size`` samples (one completion each)."""
     algorithm = algorithm.lower()
+    if algorithm in ("madpo", "marlhf"):
+        return _preference_shape(algorithm, agent_shapes, config, agent_sources=agent_sources, critic_shapes=critic_shapes,
+                                 critic_sources=critic_sources, prompt_tokens=prompt_tokens, lora_rank=lora_rank,
+                                 lora_targets=lora_targets, critic_lora_rank=critic_lora_rank, device=device)
     agent_sources = list(agent_sources or [s.name for s in agent_shapes])
     k = config.num_generations
     precision = config.precision or ("bf16-mixed" if device == "cuda" else "fp32")
@@ -385,6 +400,35 @@ def run_shape(
         reference_kl=config.reference_kl_enabled, precision=precision, gradient_checkpointing=config.gradient_checkpointing,
         optimizer=config.optimizer, optimizer_in_backward=in_backward, device=device,
     )
+
+
+def _collection_rows(config: Any) -> int:
+    """Rows of one MADPO collection generate call (``MADPOTrainer``'s collection batch)."""
+    items = config.collection_batch_size or max(config.rollout_buffer_size, 64 // config.preference_num_candidates)
+    return items * config.preference_num_candidates
+
+
+def _preference_shape(algorithm: str, agent_shapes: Sequence[ModelShape], config: Any, **kwargs: Any) -> RunShape:
+    """MADPO / MARLHF (see the module docstring); the reward model's shape is the first agent's
+    unless ``reward_model_shape`` is given."""
+    reward_shape = kwargs.pop("reward_model_shape", None)
+    if algorithm == "madpo":
+        base = run_shape("magrpo", agent_shapes, replace_fields(config, num_generations=1, reference_kl_enabled=False), **kwargs)
+        rows = 2 * config.train_batch_size
+        return replace(base, algorithm="madpo", num_generations=1, items_per_generate=0, rows_per_update=rows,
+                       micro_batch_rows=2 * config.update_micro_batch_size if config.update_micro_batch_size else None,
+                       collection_rows=_collection_rows(config))
+    backend = config.rl_algorithm if config.rl_algorithm in ("iac", "maac") else "magrpo"
+    base = run_shape(backend, agent_shapes, config, **kwargs)
+    return replace(base, algorithm="marlhf", reward_model=reward_shape or agent_shapes[0], collection_rows=_collection_rows(config))
+
+
+def replace_fields(config: Any, **changes: Any) -> Any:
+    """A plain copy of ``config``'s fields with ``changes`` (for shapes only; nothing is validated)."""
+    from types import SimpleNamespace
+
+    names = config.field_names() if hasattr(config, "field_names") else list(vars(config))
+    return SimpleNamespace(**{**{n: getattr(config, n) for n in names}, **changes})
 
 
 def with_settings(run: RunShape, **changes: Any) -> RunShape:
