@@ -11,7 +11,9 @@ from conftest import PROMPTS, seed_all
 from conftest import prompt_dataset as dataset
 from direction_helpers import ONE_TOKEN, PREFERRED, completion_logprobs, two_token_policy
 
-from comlrl.trainers.actor_critic import IACConfig, IACTrainer
+from test_mechanisms_kl_critics import kl_iac
+
+from comlrl.trainers.actor_critic import IACConfig
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 
@@ -72,14 +74,8 @@ def test_reward_mode_keeps_the_kl_inside_the_group_normalisation(tiny_paths):
 
 
 def test_actor_critic_loss_mode_leaves_rewards_and_targets_unpenalised(tiny_paths):
-    model, tokenizer, ids = two_token_policy(tiny_paths["llama"])
     batches = []
-    trainer = IACTrainer(
-        agents=[model], tokenizer=tokenizer, critics=[tiny_paths["llama"]], reward_func=lambda c: [1.0] * len(c),
-        train_dataset=dataset(1), metrics_callback=lambda rollouts: batches.append(list(rollouts)) or {},
-        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=4,
-                       rollout_buffer_size=4, logging_steps=1, reference_kl_enabled=True, reference_kl_coef=0.5, **ONE_TOKEN),
-    )
+    trainer, _, _, ids = kl_iac(tiny_paths, batches, "loss", items=1, k=4, logging_steps=1)
     _shifted_reference(trainer, ids)
     trainer.train()
     for sample in batches[0]:

@@ -92,16 +92,22 @@ def test_the_kl_penalty_pulls_the_policy_toward_the_reference(tiny_paths, mode):
     assert torch.all(after > before + 1e-3) and torch.all(after < target), (before.tolist(), after.tolist(), target.tolist())
 
 
-def test_actor_critic_rewards_are_penalised_by_coef_times_kl(tiny_paths):
-    model, tokenizer, ids = two_token_policy(tiny_paths["llama"])
-    batches = []
-
+def kl_iac(paths, batches, mode, items=2, k=8, **overrides):
+    """One IAC actor on the two-token policy, reward 1, reference KL in ``mode``; its rollouts go to ``batches``."""
+    model, tokenizer, ids = two_token_policy(paths["llama"])
     trainer = IACTrainer(
-        agents=[model], tokenizer=tokenizer, critics=[tiny_paths["llama"]], reward_func=lambda c: [1.0] * len(c),
-        train_dataset=dataset(2), metrics_callback=lambda rollouts: batches.append(list(rollouts)) or {},
-        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=8,
-                       rollout_buffer_size=8, reference_kl_enabled=True, reference_kl_coef=COEF, reference_kl_mode="reward", **ONE_TOKEN),
+        agents=[model], tokenizer=tokenizer, critics=[paths["llama"]], reward_func=lambda c: [1.0] * len(c),
+        train_dataset=dataset(items), metrics_callback=lambda rollouts: batches.append(list(rollouts)) or {},
+        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=k,
+                       rollout_buffer_size=k, reference_kl_enabled=True, reference_kl_coef=COEF, reference_kl_mode=mode,
+                       **ONE_TOKEN, **overrides),
     )
+    return trainer, model, tokenizer, ids
+
+
+def test_actor_critic_rewards_are_penalised_by_coef_times_kl(tiny_paths):
+    batches = []
+    trainer, model, tokenizer, ids = kl_iac(tiny_paths, batches, "reward")
     reference = shift_reference(trainer, ids)
     expected = {c: expected_kl(model, reference, tokenizer, PROMPTS[0], c, ids) for c in ids}
     trainer.train()
