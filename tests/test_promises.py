@@ -1,6 +1,7 @@
 """Promises of README, docs/differences.md and docs/checkpoints.md that no other test holds to:
 prompts are never cut at a pad token (pad == eos), added special tokens get embedding rows,
-train(**kwargs) refuses unknown and reserved settings and passes the rest to generate, and
+train(**kwargs) refuses unknown and reserved settings and those that reshape the sampled distribution,
+and passes the distribution-free rest to generate, and
 checkpoint_interval > 1 still saves after the last epoch."""
 
 import os
