@@ -2,7 +2,10 @@
 under torchrun with 2 ranks (through dp_worker.py, ``module="combination_scenarios"``)."""
 
 import combination_matrix as matrix
-from dp_scenarios import magrpo, summary
+from datasets import Dataset
+from dp_scenarios import PROMPTS, magrpo, reward, summary
+
+from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 
 # every buffer/batch ratio the data-parallel promise covers: a buffer of 4 groups in minibatches of
 # 2 (two optimizer steps per drain, each rank taking one group of each) and of 4
@@ -13,6 +16,17 @@ def run_magrpo_small_batch(paths, out):
     trainer = magrpo(paths, out, **BATCH_SMALLER_THAN_BUFFER)
     trainer.train()
     return summary(trainer)
+
+
+def run_iac_small_batch(paths, out):
+    """IAC with separate critics, K = 2: a buffer of 4 samples per actor in minibatches of 2."""
+    args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=2, verbose=False, rollout_buffer_size=4,
+                     train_batch_size=2, agent_learning_rate=2e-5, critic_learning_rate=2e-5, eval_interval=0, weight_decay=0.0,
+                     logging_steps=1)
+    trainer = IACTrainer(agent_model=paths["llama"], critic_model=paths["llama"], reward_func=reward, args=args,
+                         train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
+    trainer.train()
+    return summary(trainer, trainer.critics)
 
 
 def dp2_cells():
@@ -26,4 +40,4 @@ def run_matrix_dp2(paths, out):
     return {"+".join(cell) or "base": matrix.run(paths, cell) for cell in dp2_cells()}
 
 
-SCENARIOS = {"magrpo_small_batch": run_magrpo_small_batch, "matrix_dp2": run_matrix_dp2}
+SCENARIOS = {"magrpo_small_batch": run_magrpo_small_batch, "iac_small_batch": run_iac_small_batch, "matrix_dp2": run_matrix_dp2}

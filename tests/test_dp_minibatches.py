@@ -1,35 +1,24 @@
 """Data parallelism with minibatches smaller than the rollout buffer (issue 20, point 9): one global
 permutation of the whole buffer, each rank training on its share of every global minibatch, so 2
-processes equal 1 for every buffer/batch ratio; the actor-critic trainers, whose minibatches are
-still per process, refuse the ratio instead."""
+processes equal 1 for every buffer/batch ratio (MAGRPO and IAC); and the comparator's own random
+stream."""
 
 import pytest
 import torch
 from combination_scenarios import SCENARIOS
 from dp_scenarios import seed_everything
-from test_data_parallel import assert_close_runs, one_untrained, pretend_two_ranks, torchrun
-
-from comlrl.trainers.actor_critic import IACConfig, IACTrainer
-from conftest import prompt_dataset
+from test_data_parallel import assert_close_runs, one_untrained, torchrun
 
 
 @pytest.mark.slow
-def test_two_ranks_equal_one_process_with_minibatches_smaller_than_the_buffer(tiny_paths, tmp_path):
+@pytest.mark.parametrize("scenario,models", [("magrpo_small_batch", "magrpo"), ("iac_small_batch", "iac")])
+def test_two_ranks_equal_one_process_with_minibatches_smaller_than_the_buffer(tiny_paths, tmp_path, scenario, models):
     seed_everything(0)
-    single = SCENARIOS["magrpo_small_batch"](tiny_paths, str(tmp_path / "single"))
+    single = SCENARIOS[scenario](tiny_paths, str(tmp_path / "single"))
     (tmp_path / "double").mkdir()
-    double = torchrun("magrpo_small_batch", tiny_paths, tmp_path / "double", module="combination_scenarios")
-    assert any(not torch.equal(a, b) for a, b in zip(single["parameters"], one_untrained(tiny_paths, "magrpo")))
+    double = torchrun(scenario, tiny_paths, tmp_path / "double", module="combination_scenarios")
+    assert any(not torch.equal(a, b) for a, b in zip(single["parameters"], one_untrained(tiny_paths, models)))
     assert_close_runs(single, double)
-
-
-def test_actor_critic_refuses_per_process_minibatches(tiny_paths):
-    trainer = IACTrainer(agent_model=tiny_paths["llama"], reward_func=lambda a, b: [0.0] * len(a), train_dataset=prompt_dataset(4),
-                         args=IACConfig(num_turns=1, rollout_buffer_size=4, train_batch_size=2, max_new_tokens=2, verbose=False,
-                                        eval_interval=0, use_separate_critic=False))
-    with pytest.raises(ValueError, match=r"train_batch_size == rollout_buffer_size .* Set train_batch_size=4"):
-        pretend_two_ranks(trainer).train()
-    assert trainer.env_step == 0
 
 
 def test_the_comparator_samples_from_its_own_stream_on_cuda_too():

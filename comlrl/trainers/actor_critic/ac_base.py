@@ -346,12 +346,14 @@ class ActorCriticTrainerBase(TrainerBase):
 
     def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
         k = self.args.num_generations
+        start = self.env_step  # the same on every rank
         result = self._tree(num_generations=k).run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
         self.env_step += self._dist.sum_int(result.env_steps)
         per_item = self._collect(result, k, training=True)
         samples = [s for item_samples in per_item for s in item_samples]
         for sample in samples:
             sample.policy_version = self.policies[sample.agent_idx].version
+            sample.order = [start, *sample.order]
         self.metrics.record(self._rollout_metrics(samples))
         for item_samples in per_item:
             self.metrics.record(self._callback_metrics(item_samples))
@@ -408,36 +410,29 @@ class ActorCriticTrainerBase(TrainerBase):
     def _drain(self) -> None:
         """Update on every buffered sample, turn by turn (see module docstring), then empty the buffers."""
         buffers, self.rollout_buffers = self.rollout_buffers, [[] for _ in range(self.num_agents)]
+        buffers = [self._global_buffer(buffer) for buffer in buffers]
         for turn in sorted({s.turn_idx for s in buffers[0]}):
             group = [[s for s in buffer if s.turn_idx == turn] for buffer in buffers]
             center = self.args.critic_type == "q" and self.args.num_generations == 1
             for samples in group:
-                if center and len(samples) == 1 and not self._dist.enabled:
+                if center and len(samples) == 1:
                     self._warn_single_q_group(turn)
-                advantages = normalized_advantages(
-                    samples, self.args.advantage_normalization, center_leave_one_out=center,
-                    sum_over_ranks=self._dist.sum_tensors if self._dist.enabled else None,
-                )
+                advantages = normalized_advantages(samples, self.args.advantage_normalization, center_leave_one_out=center)
                 for sample, advantage in zip(samples, advantages):
                     sample.normalized_advantage = advantage
             for _ in range(self.args.update_epochs):
                 order = list(range(len(group[0])))
                 random.shuffle(order)
-                for minibatch in chunked(order, self._per_rank(self.args.train_batch_size, "train_batch_size")):
-                    self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
+                order = self._dist.broadcast_object(order)  # one permutation of the global buffer for every rank
+                for minibatch in chunked(order, self.args.train_batch_size):
+                    mine = self._dist.share(minibatch, "train_batch_size")  # this rank's share of the global minibatch
+                    self._update_minibatch([[samples[k] for k in mine] for samples in group])
 
-    def _check_data_parallel(self) -> None:
-        """Beyond the even splits: each rank shuffles only its own block of a buffer into minibatches,
-        which equals one process's shuffle of the whole buffer only when a minibatch is the whole buffer."""
-        super()._check_data_parallel()
-        a = self.args
-        if self._dist.world_size > 1 and a.train_batch_size < a.rollout_buffer_size:
-            raise ValueError(
-                f"{self.algorithm_name} under data parallelism needs train_batch_size == rollout_buffer_size (got "
-                f"train_batch_size={a.train_batch_size}, rollout_buffer_size={a.rollout_buffer_size}): its minibatches are "
-                f"drawn per process, so smaller ones would train other maths than one process. Set train_batch_size="
-                f"{a.rollout_buffer_size} (or None), or use MAGRPO, whose minibatches are global."
-            )
+    def _global_buffer(self, samples: List[RolloutSample]) -> List[RolloutSample]:
+        """The whole run's buffer of which ``samples`` is this rank's block (every rank's samples
+        exchanged), in ``RolloutSample.order``: one process and N data-parallel ones hold the same list."""
+        everything = [s for block in self._dist.all_gather(samples) for s in block]
+        return sorted(everything, key=lambda s: s.order)
 
     def _warn_single_q_group(self, turn: int) -> None:
         if getattr(self, "_warned_single_q_group", False):

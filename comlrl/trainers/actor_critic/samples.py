@@ -58,6 +58,9 @@ class RolloutSample:
     critic_input_ids: Optional[torch.Tensor] = None  # 1-D ids the critic reads for this sample
     policy_version: int = 0  # the agent's optimizer steps when this was sampled (stale once it steps again)
     reference_token_logprobs: Optional[torch.Tensor] = None  # [C] under the frozen reference (KL loss)
+    # [rollout env_step, item id, node path (+1 each), 0, j]: the same in every process layout and in
+    # the buffer's order (items, then each tree in pre-order); a drain sorts the exchanged buffer by it
+    order: List[int] = field(default_factory=list)
 
     @property
     def turn_idx(self) -> int:
@@ -132,6 +135,7 @@ def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_inp
         old_token_logprobs=old_tokens,
         critic_input_ids=critic_input(agent, node, j, prompt_ids, completion_ids) if critic_input else None,
         reference_token_logprobs=reference_tokens,
+        order=[node.item_id, *[p + 1 for p in node.path], 0, j],
     )
     return sample, reward - penalty
 
