@@ -364,6 +364,11 @@ class TrainerBase(TrainerCheckpoints):
                 f"would be of another policy. Set the sampling in the config ({type(self.args).__name__}: temperature, top_p, "
                 f"top_k, max_new_tokens{'; ' + fields if fields else ''}) and remove them."
             )
+        if kwargs and self.args.generation_backend == "vllm":
+            raise ValueError(
+                f"generation_backend='vllm' does not forward train() generation settings {sorted(kwargs)}; remove them or "
+                f"use generation_backend='hf'."
+            )
         self._generation_kwargs = dict(kwargs)
 
     def _run_epochs(self) -> None:
