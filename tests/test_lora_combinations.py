@@ -108,3 +108,28 @@ def test_mp_with_gradient_checkpointing_over_a_shared_base_is_refused_before_loa
         MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=2, reward_func=length_ratio, train_dataset=prompts_dataset,
                       args=args(parallel_training="mp", agent_devices=["cpu", "cpu"], gradient_checkpointing=True), peft_config=lora())
     assert loads == []
+
+
+def _maac_after_one_epoch(paths, dataset, parallel):
+    from comlrl.trainers.actor_critic import MAACConfig, MAACTrainer
+
+    seed_all(0)
+    devices = dict(agent_devices=["cpu", "cpu"], critic_devices=["cpu"], **({"parallel_training": "mp"} if parallel else {}))
+    trainer = MAACTrainer(agent_model=paths["llama"], critic_model=paths["llama"], reward_func=length_ratio, train_dataset=dataset,
+                          peft_config=lora(init=False), critic_peft_config=lora(init=False),
+                          args=MAACConfig(num_turns=1, num_agents=2, max_new_tokens=3, num_train_epochs=1, rollout_buffer_size=2,
+                                          num_generations=2, verbose=False, weight_decay=0.0, reference_kl_enabled=True, **devices))
+    assert trainer.critics[0].model.shared is trainer.agents[0].model.shared  # actors and critic on one base
+    trainer.train()
+    models = [a.model for a in trainer.agents] + [trainer.critics[0].model]
+    state = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in models]
+    trainer.close()
+    return state
+
+
+def test_mp_actors_and_critic_over_one_shared_base_are_bit_identical(tiny_paths, prompts_dataset):
+    sequential = _maac_after_one_epoch(tiny_paths, prompts_dataset.select(range(2)), parallel=False)
+    threaded = _maac_after_one_epoch(tiny_paths, prompts_dataset.select(range(2)), parallel=True)
+    for index, (s, t) in enumerate(zip(sequential, threaded)):
+        for name in s:
+            assert torch.equal(s[name], t[name]), f"model {index} {name}"
