@@ -82,12 +82,13 @@ def test_tree_targets_bootstrap_from_the_mean_of_each_childs_samples():
     assert returns == [2.0, 0.0]
 
 
-def test_q_critic_advantage_is_q_minus_the_nodes_mean_q():
+def test_q_critic_advantage_is_q_minus_the_other_samples_mean_q():
     # A two-action bandit (one turn, K = 2) whose Q critic is exact: Q(a_0) = 1 (its reward), Q(a_1) = 0.
-    # The TD error r + 0 - Q would give both actions 0; the baseline mean_k Q = 0.5 gives +0.5 / -0.5.
+    # The TD error r + 0 - Q would give both actions 0; the leave-one-out baseline (the other
+    # sample's Q) gives 1 - 0 = +1 and 0 - 1 = -1 (K / (K - 1) = 2 times Q - mean Q).
     node = NodeSamples([sample(1.0), sample(0.0)], [1.0, 0.0])
     assign_td_targets(node, 1.0, critic_type="q")
-    assert_close(torch.stack([s.advantage for s in node.samples]), torch.tensor([0.5, -0.5]))
+    assert_close(torch.stack([s.advantage for s in node.samples]), torch.tensor([1.0, -1.0]))
     assert_close(torch.stack([s.value_target for s in node.samples]), torch.tensor([1.0, 0.0]))  # the critic's targets
 
 

@@ -300,5 +300,5 @@ def test_q_critic_advantage_favours_the_better_action(tiny_paths, prompts_datase
     trainer.train()
     assert seen
     for sample in seen:
-        expected = 0.5 if sample.metadata["generation_idx"] == 0 else -0.5
+        expected = 1.0 if sample.metadata["generation_idx"] == 0 else -1.0  # Q minus the other sample's Q
         assert float(sample.advantage) == expected

@@ -5,7 +5,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from transformers import AutoTokenizer
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
@@ -39,11 +40,29 @@ def magrpo(tiny_paths, dataset, reward=length_ratio):
     return MAGRPOTrainer(agents=[tiny_paths["llama"]] * 2, reward_func=reward, train_dataset=dataset, args=config)
 
 
+def _eos_only(path):
+    """The tiny llama with an untied head that always says EOS first (an empty answer). Before issue 20
+    this was ``train(sequence_bias=...)``, which is refused now: it reshapes the sampled distribution."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    embeddings = model.get_input_embeddings().weight
+    head = torch.nn.Linear(embeddings.shape[1], embeddings.shape[0], bias=True)
+    with torch.no_grad():
+        head.weight.copy_(embeddings)
+        head.bias.zero_()
+        head.bias[tokenizer.eos_token_id] = 1000.0
+    model.set_output_embeddings(head)
+    model.config.tie_word_embeddings = False
+    return model, tokenizer
+
+
 def test_all_empty_completions_warn_once_and_are_logged(tiny_paths, prompts_dataset):
-    trainer = magrpo(tiny_paths, prompts_dataset)
-    eos = AutoTokenizer.from_pretrained(tiny_paths["llama"]).eos_token_id
+    (a, tok), (b, _) = _eos_only(tiny_paths["llama"]), _eos_only(tiny_paths["llama"])
+    config = MAGRPOConfig(num_turns=1, num_train_epochs=1, num_generations=2, max_new_tokens=4, eval_interval=0,
+                          logging_steps=1, verbose=False, rollout_buffer_size=2)
+    trainer = MAGRPOTrainer(agents=[a, b], tokenizer=tok, reward_func=length_ratio, train_dataset=prompts_dataset, args=config)
     with pytest.warns(NoLearningSignalWarning, match=r"MAGRPO: no learning signal .* every completion was empty") as record:
-        trainer.train(sequence_bias={(eos,): 1000.0})  # every sample is EOS at once: an empty answer
+        trainer.train()  # every sample is EOS at once: an empty answer
     assert len([w for w in record if issubclass(w.category, NoLearningSignalWarning)]) == 1  # two steps, one warning
     rows = [row for row in trainer.log_history if "frac_all_empty_groups" in row]
     assert len(rows) == 2 and all(row["frac_all_empty_groups"] == 1.0 and row["frac_reward_zero_std"] == 1.0 for row in rows)

@@ -221,8 +221,8 @@ def test_on_policy_runs_take_the_plain_policy_gradient(tiny_paths, prompts_datas
     assert all(r.get("agent_0/stale_fraction", 0.0) == 0.0 for r in normal.log_history)
     original = magrpo_module.PolicyRows.add
 
-    def never_stale(self, prompt, completion, advantage, weight, old=None, stale=False):
-        original(self, prompt, completion, advantage, weight, None, False)
+    def never_stale(self, prompt, completion, advantage, weight, old=None, stale=False, reference=None):
+        original(self, prompt, completion, advantage, weight, None, False, reference)
 
     monkeypatch.setattr(magrpo_module.PolicyRows, "add", never_stale)
     plain = run()

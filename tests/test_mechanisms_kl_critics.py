@@ -41,14 +41,14 @@ def log_odds(policy, tokenizer, prompts, token_ids):
     return lp[PREFERRED] - lp[OTHER]
 
 
-def kl_trainer(paths, reward_func, lr=1e-3):
+def kl_trainer(paths, reward_func, lr=1e-3, mode="reward"):
     """One agent on the two-token policy with a reference that prefers "b" more (by 1 nat of log-odds)."""
     model, tokenizer, ids = two_token_policy(paths["llama"])
     trainer = MAGRPOTrainer(
         agents=[model], tokenizer=tokenizer, num_agents=1, reward_func=reward_func, train_dataset=dataset(4),
         args=MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, logging_steps=1, num_agents=1, num_generations=8,
                           rollout_buffer_size=1, advantage_normalization=False, agent_learning_rate=lr,
-                          reference_kl_enabled=True, reference_kl_coef=COEF, **ONE_TOKEN),
+                          reference_kl_enabled=True, reference_kl_coef=COEF, reference_kl_mode=mode, **ONE_TOKEN),
     )
     return trainer, model, tokenizer, ids, shift_reference(trainer, ids)
 
@@ -75,11 +75,12 @@ def test_magrpo_advantages_are_the_group_baseline_of_returns_minus_coef_kl(tiny_
     assert row["agent_0/advantage_std"] == pytest.approx(COEF * float(k1.std(unbiased=False)), rel=1e-4, abs=1e-7)
 
 
-def test_the_kl_penalty_pulls_the_policy_toward_the_reference(tiny_paths):
+@pytest.mark.parametrize("mode", ["loss", "reward"])
+def test_the_kl_penalty_pulls_the_policy_toward_the_reference(tiny_paths, mode):
     """CoMLRL 1.4.3 subtracted the k3 estimate from the return: as a REINFORCE reward its expected
     gradient is grad[KL(pi||ref) - KL(ref||pi)], which can push the policy away from the reference
     (this test failed with it). The k1 penalty gives exactly grad KL(pi||ref)."""
-    trainer, model, tokenizer, ids, reference = kl_trainer(tiny_paths, lambda c: [0.0] * len(c))
+    trainer, model, tokenizer, ids, reference = kl_trainer(tiny_paths, lambda c: [0.0] * len(c), mode=mode)
     before = log_odds(model, tokenizer, PROMPTS[:4], ids)
     target = log_odds(reference, tokenizer, PROMPTS[:4], ids)
     assert torch.all(target > before + 0.9)  # the reference prefers "b" more
@@ -91,16 +92,22 @@ def test_the_kl_penalty_pulls_the_policy_toward_the_reference(tiny_paths):
     assert torch.all(after > before + 1e-3) and torch.all(after < target), (before.tolist(), after.tolist(), target.tolist())
 
 
-def test_actor_critic_rewards_are_penalised_by_coef_times_kl(tiny_paths):
-    model, tokenizer, ids = two_token_policy(tiny_paths["llama"])
-    batches = []
-
+def kl_iac(paths, batches, mode, items=2, k=8, **overrides):
+    """One IAC actor on the two-token policy, reward 1, reference KL in ``mode``; its rollouts go to ``batches``."""
+    model, tokenizer, ids = two_token_policy(paths["llama"])
     trainer = IACTrainer(
-        agents=[model], tokenizer=tokenizer, critics=[tiny_paths["llama"]], reward_func=lambda c: [1.0] * len(c),
-        train_dataset=dataset(2), metrics_callback=lambda rollouts: batches.append(list(rollouts)) or {},
-        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=8,
-                       rollout_buffer_size=8, reference_kl_enabled=True, reference_kl_coef=COEF, **ONE_TOKEN),
+        agents=[model], tokenizer=tokenizer, critics=[paths["llama"]], reward_func=lambda c: [1.0] * len(c),
+        train_dataset=dataset(items), metrics_callback=lambda rollouts: batches.append(list(rollouts)) or {},
+        args=IACConfig(num_turns=1, num_train_epochs=1, verbose=False, eval_interval=0, num_agents=1, num_generations=k,
+                       rollout_buffer_size=k, reference_kl_enabled=True, reference_kl_coef=COEF, reference_kl_mode=mode,
+                       **ONE_TOKEN, **overrides),
     )
+    return trainer, model, tokenizer, ids
+
+
+def test_actor_critic_rewards_are_penalised_by_coef_times_kl(tiny_paths):
+    batches = []
+    trainer, model, tokenizer, ids = kl_iac(tiny_paths, batches, "reward")
     reference = shift_reference(trainer, ids)
     expected = {c: expected_kl(model, reference, tokenizer, PROMPTS[0], c, ids) for c in ids}
     trainer.train()

@@ -115,7 +115,7 @@ class TaggedGenerator:
         self.tokenizer = None
         self.prompts = []
 
-    def generate(self, prompts, k, sampling):
+    def generate(self, prompts, k, sampling, seeds=None):
         self.prompts.extend(prompts)
         texts = [("<agent_1>brief</agent_1><agent_2>a much longer answer</agent_2>" if j else "no tags") for _ in prompts for j in range(k)]
         return Completions(prompt_ids=[torch.tensor([1])] * len(prompts), tokens=[torch.tensor([1])] * len(texts), texts=texts, num_samples=k)

@@ -126,7 +126,9 @@ def test_every_completion_token_counts_eos_included(tiny_paths, prompts_dataset)
 
 
 def test_training_end_to_end(tiny_paths, prompts_dataset):
-    trainer = make(tiny_paths, prompts_dataset, num_train_epochs=2, reference_kl_enabled=True)
+    with pytest.raises(ValueError, match="reference_kl_enabled=True is not used by MADPO"):  # its loss has no KL term
+        make(tiny_paths, prompts_dataset, reference_kl_enabled=True)
+    trainer = make(tiny_paths, prompts_dataset, num_train_epochs=2)
     before = [snapshot(a) for a in trainer.agents]
     trainer.train()
     assert trainer.reference_models == []  # the loss never uses a reference, so none is loaded

@@ -1,6 +1,7 @@
 """Promises of README, docs/differences.md and docs/checkpoints.md that no other test holds to:
 prompts are never cut at a pad token (pad == eos), added special tokens get embedding rows,
-train(**kwargs) refuses unknown and reserved settings and passes the rest to generate, and
+train(**kwargs) refuses unknown and reserved settings and those that reshape the sampled distribution,
+and passes the distribution-free rest to generate, and
 checkpoint_interval > 1 still saves after the last epoch."""
 
 import os
@@ -68,6 +69,11 @@ def test_added_special_tokens_get_embedding_rows(tiny_paths):
     ({"temperature": 0.1}, r"train\(\) cannot override \['temperature'\]"),
     ({"max_new_tokens": 9, "top_p": 0.5}, r"cannot override \['max_new_tokens', 'top_p'\]"),
     ({"repetiton_penalty": 1.2}, r"unknown generation settings \['repetiton_penalty'\]"),
+    # these change the distribution before comlrl's sampler draws (issue 20, point 6)
+    ({"repetition_penalty": 1.3}, r"settings \['repetition_penalty'\] that change the distribution"),
+    ({"min_new_tokens": 2, "bad_words_ids": [[5]]}, r"\['bad_words_ids', 'min_new_tokens'\] that change"),
+    ({"no_repeat_ngram_size": 2}, r"no_repeat_ngram_size.*MAGRPOConfig: temperature, top_p"),
+    ({"max_length": 20}, r"max_length -> max_new_tokens"),
 ])
 def test_train_refuses_unknown_and_reserved_generation_settings(tiny_paths, kwargs, message):
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [0.0] * len(c),
@@ -78,13 +84,13 @@ def test_train_refuses_unknown_and_reserved_generation_settings(tiny_paths, kwar
     assert calls == [] and trainer.state.global_step == 0  # refused before anything ran
 
 
-def test_train_passes_other_generation_settings_to_generate(tiny_paths):
+def test_train_passes_distribution_free_generation_settings_to_generate(tiny_paths):
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [0.0] * len(c),
                             train_dataset=prompt_dataset(1), args=MAGRPOConfig(**BASE, num_agents=1, temperature=0.9))
     calls = capture_generate(trainer.agents[0])
-    trainer.train(repetition_penalty=1.3)
+    trainer.train(use_cache=False, max_time=60.0)
     config = calls[0]["generation_config"]
-    assert config.repetition_penalty == 1.3 and config.max_new_tokens == 3
+    assert config.use_cache is False and config.max_time == 60.0 and config.max_new_tokens == 3
 
 
 def test_checkpoint_interval_above_one_still_saves_after_the_last_epoch(tiny_paths, tmp_path):

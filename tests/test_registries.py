@@ -54,7 +54,7 @@ def test_builtin_records_are_the_algorithms_comlrl_train_knows():
     # the estimator's models, formerly a table of their own in comlrl/cli/main.py
     assert {name: a.estimator for name, a in ALGORITHMS.items() if a.estimator} == {
         "magrpo": "magrpo", "mareinforce": "magrpo", "marloo": "magrpo", "maremax": "magrpo", "grpo": "magrpo",
-        "iac": "iac", "ac": "iac", "maac": "maac"}
+        "iac": "iac", "ac": "iac", "maac": "maac", "madpo": "madpo", "marlhf": "marlhf"}
     for algorithm in ALGORITHMS.values():
         trainer, config = algorithm.trainer_class(), algorithm.config_class()
         assert trainer.__name__ == algorithm.trainer_name and trainer.__name__.endswith("Trainer")
@@ -109,6 +109,16 @@ def test_the_estimator_reads_the_record(capsys):
     assert capsys.readouterr().out == expected and "predicted peak" in expected
     assert main(["estimate", "--config", "magrpo_tldr_config.yaml", "--override", "algorithm=my_unmodelled"]) == 2
     assert "my_unmodelled is not modelled yet" in capsys.readouterr().err
+
+
+def test_the_estimator_models_the_preference_records(capsys):
+    # MADPO and MARLHF name their own estimator models; the iterative ones (comparators, replay) do not
+    assert (ALGORITHMS["madpo"].estimator, ALGORITHMS["marlhf"].estimator) == ("madpo", "marlhf")
+    assert ALGORITHMS["madpo_iter"].estimator is None and ALGORITHMS["marlhf_iter"].estimator is None
+    assert main(["estimate", "--config", "madpo_iter_che_config.yaml", "--override", "algorithm=madpo"]) == 0, capsys.readouterr().err
+    assert "predicted peak" in capsys.readouterr().out
+    assert main(["estimate", "--config", "madpo_iter_che_config.yaml"]) == 2
+    assert "madpo_iter is not modelled yet" in capsys.readouterr().err
 
 
 def test_run_shape_refuses_a_name_it_does_not_model():

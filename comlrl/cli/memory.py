@@ -17,6 +17,13 @@
 
 peak = resident + max(rollout peak, update peak).
 
+The preference trainers: MADPO's rollout is its candidate collection (``collection_batch_size``
+items x ``preference_num_candidates`` rows per generate call) and its update one micro-batch of
+``train_batch_size`` pairs, winners and losers in one forward (2 rows per pair), with no
+reference. MARLHF is the run of its RL backend (``rl_algorithm``) plus the joint reward model's
+weights, resident throughout (its AdamW moments are released after reward learning); its
+collection is MADPO's and counts when larger than the backend's rollout.
+
 Activation sizes are per token and decoder layer, counted from the tensors autograd saves in
 transformers' Llama / Qwen2 / Qwen3 decoder layers (``ACTIVATION_BYTES``, measured with
 ``torch.autograd.graph.saved_tensors_hooks`` on transformers 5.24 / torch 2.13). Attention adds
@@ -43,7 +50,7 @@ ACTIVATION_BYTES = {
     "bf16": (12.0, 8.0, 8.0, 0.0, (4.0, 4.0)),  # pure half: the fp32 table's tensors in 2 bytes
 }
 EMBEDDING_OUTPUT_BYTES = 8.0  # per token per hidden unit outside the layers (embedding output, final norm), fp32
-ESTIMATOR_MODELS = ("magrpo", "iac", "maac")
+ESTIMATOR_MODELS = ("magrpo", "iac", "maac", "madpo", "marlhf")
 """The runs ``run_shape`` models: MAGRPO-style group rollouts (the MAGRPO family), IAC (per-agent critics
 or value heads) and MAAC (one centralized critic). An algorithm's registry record names its model
 (``comlrl.trainers.registry.Algorithm.estimator``)."""
@@ -175,7 +182,7 @@ class RunShape:
 
     agents: Sequence[Entity]
     critics: Sequence[Entity] = ()
-    algorithm: str = "magrpo"  # one of ESTIMATOR_MODELS: magrpo | iac | maac
+    algorithm: str = "magrpo"  # one of ESTIMATOR_MODELS: magrpo | iac | maac | madpo | marlhf
     shared_value_heads: bool = False  # IAC with use_separate_critic=False
     critic_type: str = "v"
     num_generations: int = 4
@@ -191,6 +198,8 @@ class RunShape:
     optimizer: str = "adamw"
     optimizer_in_backward: bool = True
     device: str = "cuda"
+    reward_model: Optional[ModelShape] = None  # MARLHF's joint reward model (weights resident)
+    collection_rows: int = 0  # preference trainers: rows of one candidate-collection generate call
 
 
 @dataclass
@@ -256,6 +265,8 @@ def _resident(run: RunShape) -> Dict[str, int]:
         distinct = {e.source: e.shape.parameters for e in run.agents if not e.lora_rank}
         parts["references (frozen)"] = sum(distinct.values()) * (w if run.precision in ("bf16", "fp16") else frozen)
     parts["optimizer state"] = int(trainable * _optimizer_bytes(run))
+    if run.reward_model is not None:
+        parts["reward model (weights)"] = run.reward_model.parameters * w
     return parts
 
 
@@ -280,7 +291,7 @@ def _autocast_copy(run: RunShape, entity: Entity) -> int:
 def _rollout(run: RunShape) -> Dict[str, int]:
     best: Dict[str, int] = {}
     element = 4 if run.precision == "fp32" else 2
-    rows = run.items_per_generate * run.num_generations
+    rows = max(run.items_per_generate * run.num_generations, run.collection_rows)
     length = run.prompt_tokens + run.max_new_tokens
     for entity in run.agents:
         s = entity.shape
@@ -373,6 +384,10 @@ def run_shape(
     if algorithm not in ESTIMATOR_MODELS:
         raise ValueError(f"algorithm={algorithm!r} is not modelled by the estimator; use one of {', '.join(ESTIMATOR_MODELS)} "
                          f"(an algorithm's record in comlrl.trainers.registry names its model: estimator=...).")
+    if algorithm in ("madpo", "marlhf"):
+        return _preference_shape(algorithm, agent_shapes, config, agent_sources=agent_sources, critic_shapes=critic_shapes,
+                                 critic_sources=critic_sources, prompt_tokens=prompt_tokens, lora_rank=lora_rank,
+                                 lora_targets=lora_targets, critic_lora_rank=critic_lora_rank, device=device)
     agent_sources = list(agent_sources or [s.name for s in agent_shapes])
     k = config.num_generations
     precision = config.precision or ("bf16-mixed" if device == "cuda" else "fp32")
@@ -404,6 +419,35 @@ def run_shape(
         reference_kl=config.reference_kl_enabled, precision=precision, gradient_checkpointing=config.gradient_checkpointing,
         optimizer=config.optimizer, optimizer_in_backward=in_backward, device=device,
     )
+
+
+def _collection_rows(config: Any) -> int:
+    """Rows of one MADPO collection generate call (``MADPOTrainer``'s collection batch)."""
+    items = config.collection_batch_size or max(config.rollout_buffer_size, 64 // config.preference_num_candidates)
+    return items * config.preference_num_candidates
+
+
+def _preference_shape(algorithm: str, agent_shapes: Sequence[ModelShape], config: Any, **kwargs: Any) -> RunShape:
+    """MADPO / MARLHF (see the module docstring); the reward model's shape is the first agent's
+    unless ``reward_model_shape`` is given."""
+    reward_shape = kwargs.pop("reward_model_shape", None)
+    if algorithm == "madpo":
+        base = run_shape("magrpo", agent_shapes, replace_fields(config, num_generations=1, reference_kl_enabled=False), **kwargs)
+        rows = 2 * config.train_batch_size
+        return replace(base, algorithm="madpo", num_generations=1, items_per_generate=0, rows_per_update=rows,
+                       micro_batch_rows=2 * config.update_micro_batch_size if config.update_micro_batch_size else None,
+                       collection_rows=_collection_rows(config))
+    backend = config.rl_algorithm if config.rl_algorithm in ("iac", "maac") else "magrpo"
+    base = run_shape(backend, agent_shapes, config, **kwargs)
+    return replace(base, algorithm="marlhf", reward_model=reward_shape or agent_shapes[0], collection_rows=_collection_rows(config))
+
+
+def replace_fields(config: Any, **changes: Any) -> Any:
+    """A plain copy of ``config``'s fields with ``changes`` (for shapes only; nothing is validated)."""
+    from types import SimpleNamespace
+
+    names = config.field_names() if hasattr(config, "field_names") else list(vars(config))
+    return SimpleNamespace(**{**{n: getattr(config, n) for n in names}, **changes})
 
 
 def with_settings(run: RunShape, **changes: Any) -> RunShape:

@@ -34,3 +34,16 @@ def sequence_log_ratio(policy_logprobs: torch.Tensor, reference_logprobs: torch.
     A single sample's k1 can be negative; its mean is the KL.
     """
     return ((policy_logprobs - reference_logprobs) * mask.to(policy_logprobs.dtype)).sum(dim=-1)
+
+
+def k2_token_kl_loss(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The reference-KL loss term of each row: ``sum_t m_t * (log pi(y_t) - log pi_ref(y_t))^2 / 2``,
+    ``[R, C] -> [R]`` (gradient through ``policy_logprobs``).
+
+    Its gradient is ``sum_t d_t grad log pi(y_t)`` with ``d_t = log pi(y_t) - log pi_ref(y_t)``, whose
+    expectation over tokens sampled from pi is the gradient of ``sum_t KL(pi(.|y_<t) || pi_ref(.|y_<t))``
+    with the prefixes held fixed. (As a loss, k1 has gradient ``grad log pi``, zero in expectation, and
+    k3 has the gradient of KL(pi_ref || pi), the other direction.)
+    """
+    delta = policy_logprobs - reference_logprobs.to(policy_logprobs.dtype)
+    return (0.5 * delta.square() * mask.to(policy_logprobs.dtype)).sum(dim=-1)

@@ -9,8 +9,12 @@ counted once however many agents train on it.
   whose own parameters (and ``state_dict``) are exactly its adapter's tensors, and whose forward and
   ``generate`` run the shared peft model with that adapter active. Optimizers, checkpoints and
   ``own_cpu_parameters`` therefore see only the adapter; the base is never copied or saved.
-- ``BaseReference`` is the frozen reference of reference KL for such agents: the shared base with
-  every adapter disabled (peft's ``disable_adapter()``), so the reference costs no extra copy.
+- ``BaseReference`` is the frozen reference of reference KL for such agents: the policy as loaded.
+  For an adapter that starts at zero (peft's default ``init_lora_weights=True``) that is the shared
+  base with every adapter disabled (no extra copy); an adapter that starts elsewhere (a saved adapter
+  continued, PiSSA / OLoRA / LoftQ, ``init_lora_weights=False``) gets a frozen copy of its initial
+  tensors as one more named adapter (``AdapterReference``), so the reference never penalises the
+  adapter it inherited.
 - ``save_pretrained(dir)`` writes the adapter in peft's layout (``adapter_config.json`` +
   ``adapter_model.safetensors``, loadable with ``PeftModel.from_pretrained(base, dir)``);
   ``save_pretrained(dir, merge=True)`` writes the merged full model (float32, merged on the CPU).
@@ -19,7 +23,9 @@ counted once however many agents train on it.
 
 Adapter weights are float32 in every precision (peft's ``autocast_adapter_dtype``); the base is
 stored in the precision's frozen dtype (bfloat16 under bf16-mixed). Entities sharing a base switch
-the active adapter before each forward, so they run one at a time.
+the active adapter before each forward, so they run one at a time: every forward and ``generate``
+over a shared base holds its lock (``parallel_training="mp"`` threads included), and a backward that
+recomputes a forward (gradient checkpointing) is refused under "mp" for entities sharing a base.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import contextlib
 import copy
 import json
 import os
+import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
@@ -96,6 +103,10 @@ class SharedBase:
         self.adapters: Dict[str, List[nn.Parameter]] = {}
         self.active: Optional[str] = None
         self.reference: Optional[BaseReference] = None
+        self.references: Dict[str, "BaseReference"] = {}
+        self.from_zero: Dict[str, bool] = {}  # adapter name -> it starts as the identity (its reference is the bare base)
+        # one forward, generate or reference forward at a time: the active adapter is global state
+        self.lock = threading.RLock()
 
     def add(self, name: str, config: Any = None, directory: Optional[str] = None) -> "AdapterModel":
         """A new adapter ``name`` from ``config``, or trained further from a saved adapter ``directory``."""
@@ -114,12 +125,19 @@ class SharedBase:
                 self.peft_model = get_peft_model(self.base, config, adapter_name=name)
             else:
                 self.peft_model.add_adapter(name, config)
-        marker = f".{name}."
-        self.adapters[name] = [p for n, p in self.peft_model.named_parameters() if marker in f"{n}."]
+        self.adapters[name] = self._tensors(name)
         if not self.adapters[name]:
             raise ValueError(f"the peft config of {name} created no trainable tensors; check its target_modules.")
+        init = getattr(config, "init_lora_weights", None) if directory is None else None
+        self.from_zero[name] = init in (True, "gaussian") and all(
+            not bool(p.detach().any()) for n, p in self.peft_model.named_parameters() if f".{name}." in f"{n}." and "lora_B" in n
+        )
         self.activate(name, force=True)
         return AdapterModel(self, name)
+
+    def _tensors(self, name: str) -> List[nn.Parameter]:
+        marker = f".{name}."
+        return [p for n, p in self.peft_model.named_parameters() if marker in f"{n}."]
 
     def _trainable(self) -> None:
         # peft's set_adapter / disable_adapter freeze every inactive adapter; each entity's optimizer
@@ -141,10 +159,36 @@ class SharedBase:
             yield
         self.activate(self.active, force=True)
 
-    def reference_module(self) -> "BaseReference":
-        if self.reference is None:
-            self.reference = BaseReference(self)
-        return self.reference
+    def reference_module(self, name: str) -> "BaseReference":
+        """The frozen initial policy of adapter ``name``: the bare base when the adapter starts at
+        zero, else a frozen copy of its initial tensors (one more adapter, never trained or saved)."""
+        if self.from_zero.get(name, False):
+            if self.reference is None:
+                self.reference = BaseReference(self)
+            return self.reference
+        if name not in self.references:
+            self.references[name] = AdapterReference(self, self._frozen_copy(name))
+        return self.references[name]
+
+    def _frozen_copy(self, name: str) -> str:
+        copy_name = f"{name}__reference"
+        config = copy.deepcopy(self.peft_model.peft_config[name])
+        config.inference_mode = False
+        if hasattr(config, "init_lora_weights"):
+            config.init_lora_weights = True  # PiSSA / OLoRA / LoftQ init would rewrite the base again
+        if hasattr(config, "loftq_config"):
+            config.loftq_config = {}
+        with self.lock:
+            active = self.active
+            self.peft_model.add_adapter(copy_name, config)
+            parameters = dict(self.peft_model.named_parameters())
+            pairs = [(p, parameters[n.replace(f".{name}.", f".{copy_name}.")]) for n, p in parameters.items() if f".{name}." in f"{n}."]
+            with torch.no_grad():
+                for original, frozen in pairs:
+                    frozen.copy_(original)
+                    frozen.requires_grad_(False)
+            self.activate(active, force=True)
+        return copy_name
 
     def describe(self) -> Dict[str, Any]:
         """What a checkpoint records about the base it does not save."""
@@ -209,12 +253,14 @@ class AdapterModel(_SharedView):
         self.adapter = nn.ParameterDict(params)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        self.shared.activate(self.adapter_name)
-        return self.shared.peft_model(*args, **kwargs)
+        with self.shared.lock:
+            self.shared.activate(self.adapter_name)
+            return self.shared.peft_model(*args, **kwargs)
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
-        self.shared.activate(self.adapter_name)
-        return self.shared.peft_model.generate(*args, **kwargs)
+        with self.shared.lock:
+            self.shared.activate(self.adapter_name)
+            return self.shared.peft_model.generate(*args, **kwargs)
 
     def resize_token_embeddings(self, *args: Any, **kwargs: Any) -> Any:
         raise ValueError("the embeddings of a shared LoRA base cannot be resized after adapters are attached.")
@@ -267,11 +313,31 @@ class AdapterModel(_SharedView):
 
 
 class BaseReference(_SharedView):
-    """The shared base with every adapter disabled: the frozen reference of reference KL."""
+    """The shared base with every adapter disabled: the frozen reference of reference KL for adapters
+    that start at zero."""
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        with self.shared.disabled():
+        with self.shared.lock, self.shared.disabled():
             return self.shared.peft_model(*args, **kwargs)
+
+
+class AdapterReference(BaseReference):
+    """The shared base with a frozen copy of an adapter's initial tensors active (see the module docstring)."""
+
+    def __init__(self, shared: SharedBase, adapter: str):
+        super().__init__(shared)
+        self.reference_adapter = adapter
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        shared = self.shared
+        with shared.lock:
+            previous = shared.active
+            shared.peft_model.base_model.set_adapter(self.reference_adapter)
+            shared.active = self.reference_adapter
+            try:
+                return shared.peft_model(*args, **kwargs)
+            finally:
+                shared.activate(previous, force=True)
 
 
 class _MergedExport:
@@ -303,8 +369,8 @@ def save_backbone(model: nn.Module, directory: str, merge: bool = False, state_d
 
 
 def adapter_free_reference(model: nn.Module) -> Optional[nn.Module]:
-    """``BaseReference`` for an ``AdapterModel`` (None for any other model)."""
-    return model.shared.reference_module() if isinstance(model, AdapterModel) else None
+    """The frozen initial policy of an ``AdapterModel`` over its shared base (None for any other model)."""
+    return model.shared.reference_module(model.adapter_name) if isinstance(model, AdapterModel) else None
 
 
 class LoraBases:
@@ -314,12 +380,35 @@ class LoraBases:
     same registry to its agents and critics, so a critic loaded from the agents' id shares their base.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, no_shared_recompute: Optional[str] = None) -> None:
         self.bases: Dict[Any, SharedBase] = {}
+        # set (to the settings' description) when entities may not share a base: concurrent threads
+        # whose backward recomputes a forward would recompute it under another entity's adapter
+        self.no_shared_recompute = no_shared_recompute
+
+    def _key(self, source: Any, device: torch.device) -> Any:
+        return (source if isinstance(source, str) else id(source), str(device))
+
+    def _refuse_sharing(self, sources: Sequence[Any], configs: Sequence[Any], devices: Sequence[torch.device], prefix: str) -> None:
+        if self.no_shared_recompute is None:
+            return
+        seen = {key: "an earlier model" for key in self.bases}
+        for index, (source, config, device) in enumerate(zip(sources, configs, devices)):
+            directory = source if is_adapter_dir(source) else None
+            if config is None and directory is None:
+                continue
+            key = self._key(adapter_base_source(directory) if directory else source, device)
+            if key in seen:
+                raise ValueError(
+                    f"{prefix}s[{index}] would share its LoRA base on {device} with {seen[key]} under {self.no_shared_recompute}: "
+                    f"a backward that recomputes activations would run under the other model's adapter. Set "
+                    f"gradient_checkpointing=False, parallel_training='none', or give the models different devices."
+                )
+            seen[key] = f"{prefix}s[{index}]"
 
     def base_for(self, source: Any, device: torch.device, load: Callable[[str], nn.Module]) -> Tuple[SharedBase, bool]:
         """The shared base of ``source`` on ``device`` and whether it was created by this call."""
-        key = (source if isinstance(source, str) else id(source), str(device))
+        key = self._key(source, device)
         created = key not in self.bases
         if created:
             model = load(source) if isinstance(source, str) else source
@@ -331,6 +420,7 @@ class LoraBases:
         load: Callable[[str], nn.Module], prepare: Callable[[nn.Module, str], None],
     ) -> Dict[int, AdapterModel]:
         """Adapter models for the entries of ``sources`` that have a config or are adapter directories."""
+        self._refuse_sharing(sources, configs, devices, prefix)
         out: Dict[int, AdapterModel] = {}
         for index, (source, config, device) in enumerate(zip(sources, configs, devices)):
             directory = source if is_adapter_dir(source) else None

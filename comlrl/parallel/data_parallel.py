@@ -99,6 +99,26 @@ class DataParallel:
             )
         return count // self.world_size
 
+    def share(self, rows: Sequence[Any], name: str) -> List[Any]:
+        """This rank's contiguous share of a global minibatch ``rows`` (all of it in one process)."""
+        if len(rows) % self.world_size:
+            raise ValueError(
+                f"a minibatch of {len(rows)} groups cannot be split evenly over {self.world_size} processes; make {name} "
+                f"and the groups per turn of every rollout buffer multiples of {self.world_size}."
+            )
+        size = len(rows) // self.world_size
+        return list(rows[self.rank * size : (self.rank + 1) * size])
+
+    def all_gather(self, value: Any) -> List[Any]:
+        """Every rank's ``value``, by rank, on every rank."""
+        if not self.enabled:
+            return [value]
+        import torch.distributed as dist
+
+        everything: List[Any] = [None] * self.world_size
+        dist.all_gather_object(everything, value)
+        return everything
+
     # ------------------------------------------------------------------ collectives
     def average_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Average ``tensor`` across ranks in place."""

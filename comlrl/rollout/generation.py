@@ -27,6 +27,25 @@ RESERVED_GENERATION_KEYS = frozenset(
 )
 
 
+# The only ``train(**kwargs)`` settings accepted: they change how ``generate`` runs (cache, outputs,
+# a time limit, stop strings that end a completion early), never the distribution each token is
+# drawn from, so the recorded sampling log-probs stay those of ``softmax(logits / temperature)``
+# that the update scores. Every other GenerationConfig key (penalties, bans, forced or suppressed
+# tokens, minimum lengths, beams, other truncations, assisted decoding) is refused.
+DISTRIBUTION_FREE_GENERATION_KEYS = frozenset(
+    {"use_cache", "cache_implementation", "cache_config", "max_cache_len", "compile_config", "disable_compile", "low_memory",
+     "prefill_chunk_size", "output_attentions", "output_hidden_states", "output_scores", "output_logits", "max_time",
+     "stop_strings"}
+)
+# Where a refused setting has a config counterpart, the message names it.
+GENERATION_KEY_FIELDS = {"max_length": "max_new_tokens", "num_beams": "num_generations", "min_p": "top_p / top_k"}
+
+
+def refused_generation_keys(keys: Any) -> List[str]:
+    """The keys of ``keys`` that would sample from another distribution than the one the trainer scores."""
+    return sorted(set(keys) - DISTRIBUTION_FREE_GENERATION_KEYS - RESERVED_GENERATION_KEYS)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int

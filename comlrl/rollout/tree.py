@@ -55,6 +55,10 @@ class GroupSample:
     old_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D log-probs recorded while sampling
     policy_version: int = 0  # the agent's optimizer steps when it sampled these (stale once it steps again)
     reference_log_ratio: Optional[torch.Tensor] = None  # [K] log pi - log pi_ref: the KL penalty's basis
+    reference_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D per-token log-probs under the reference
+    # [rollout env_step, turn, item id, *path]: the same for this group in every process layout; a
+    # drain orders its buffer by it, so one process and N data-parallel ones shuffle the same list
+    order: List[int] = field(default_factory=list)
 
 
 @dataclass
@@ -278,6 +282,7 @@ class TreeRollout:
         extras = node.level.extras[agent]
         kl = extras.get("reference_kl")
         log_ratio = extras.get("reference_log_ratio")
+        reference = extras.get("reference_logprobs")
         old = completions.logprobs
         return GroupSample(
             agent_idx=agent,
@@ -291,6 +296,8 @@ class TreeRollout:
             reference_kl=kl[rows[0] : rows[-1] + 1].clone() if kl is not None else None,
             reference_log_ratio=log_ratio[rows[0] : rows[-1] + 1].clone() if log_ratio is not None else None,
             old_logprobs=[old[row] for row in rows] if old is not None else None,
+            reference_logprobs=[reference[row] for row in rows] if reference is not None else None,
+            order=[node.turn, node.item_id, *node.path],
         )
 
     def _turn_metrics(self, nodes: List[Node]) -> Dict[str, float]:

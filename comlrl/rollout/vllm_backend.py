@@ -14,12 +14,13 @@ The contract:
 - sampling: the same prompt ids as the Hugging Face backend (one BOS), one request per row with the
   row's own seed, the trainer's temperature / top-k / top-p / max_new_tokens (greedy: temperature 0),
   stopping at the tokenizer's EOS ids, which are kept in the completion as in the HF backend.
-- log-probs: the engine returns the log-probability of every sampled token, so the stale-sample
-  importance ratio and the reference KL use them with no extra forward. vLLM reports them under
-  the distribution it sampled from (``logprobs_mode="processed_logprobs"``: tempered and, when top-k /
-  top-p are on, truncated and renormalised); the trainer scores the tempered untruncated
-  distribution, so on fresh rows ``agent_i/ratio``, ``agent_i/approx_kl`` and
-  ``agent_i/logprob_mismatch`` measure the gap (engine numerics plus truncation).
+- log-probs: vLLM reports the sampled tokens' log-probs under the distribution it sampled from
+  (``logprobs_mode="processed_logprobs"``: tempered and, when top-k / top-p are on, truncated and
+  renormalised), while the trainer scores the tempered untruncated distribution. So that sampling
+  records, importance ratios, the reference KL and the losses use one definition, the recorded
+  log-probs of a sampled row are the trainer's own (one batched no-grad forward of the agent after
+  the engine returns, ``scorer``); the engine's are only checked to be there. ``engine_gap`` holds
+  the mean ``|engine - trainer|`` per token of the last call (engine numerics plus truncation).
 - memory: the engine sleeps (weights and KV cache released) after generating and wakes before the
   next generation, so updates get the memory back (``sleep_between_phases``).
 """
@@ -37,6 +38,8 @@ from comlrl.rollout.generation import Completions, SamplingParams, encode_prompt
 from comlrl.rollout.sampling import draw_seeds
 
 NamedTensors = Iterable[Tuple[str, torch.Tensor]]
+# (per-row prompt ids, completion ids, temperature) -> [R, C] the trainer's own log-probs (CPU)
+Scorer = Callable[[List[torch.Tensor], List[torch.Tensor], float], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,10 @@ class VLLMGenerator:
     """``GenerationBackend`` over a ``RolloutEngine`` (see the module docstring)."""
 
     def __init__(self, engine: RolloutEngine, tokenizer: Any, model: torch.nn.Module, version: Callable[[], int],
-                 sleep_between_phases: bool = True):
+                 sleep_between_phases: bool = True, scorer: Optional[Scorer] = None):
         self.engine = engine
+        self.scorer = scorer
+        self.engine_gap: Optional[float] = None
         self.tokenizer = tokenizer
         self.model = model
         self.version = version
@@ -97,7 +102,8 @@ class VLLMGenerator:
     @classmethod
     def for_policy(cls, policy: Any, gpu_memory_utilization: float) -> "VLLMGenerator":
         engine = ENGINE_FACTORY(policy.model, policy.device, gpu_memory_utilization)
-        return cls(engine, policy.tokenizer, policy.model, lambda: policy.version)
+        scorer = lambda prompts, tokens, temperature: policy.token_logprobs(policy.model, prompts, tokens, temperature)  # noqa: E731
+        return cls(engine, policy.tokenizer, policy.model, lambda: policy.version, scorer=scorer)
 
     def _sync(self) -> None:
         version = self.version()
@@ -151,7 +157,20 @@ class VLLMGenerator:
                     raise RuntimeError("the vLLM engine returned no sampling log-prob for some generated tokens.")
                 table[row, : len(output.logprobs)] = torch.tensor(output.logprobs, dtype=torch.float32)
         lengths = [len(o.token_ids) for o in outputs]
-        return finish_completions(self.tokenizer, prompt_ids, ids, self.eos_ids, num_samples, table, lengths)
+        completions = finish_completions(self.tokenizer, prompt_ids, ids, self.eos_ids, num_samples, table, lengths)
+        if completions.logprobs is not None and self.scorer is not None:
+            self._rescore(completions, sampling.temperature)
+        return completions
+
+    def _rescore(self, completions: Completions, temperature: float) -> None:
+        """Replace the engine's log-probs by the trainer's own (see the module docstring)."""
+        prompts = [completions.prompt_of_row(r) for r in range(len(completions.tokens))]
+        own = self.scorer(prompts, completions.tokens, temperature)
+        rows = [own[r, : len(t)].clone() for r, t in enumerate(completions.tokens)]
+        tokens = sum(len(t) for t in completions.tokens)
+        gap = sum(float((a - b).abs().sum()) for a, b in zip(rows, completions.logprobs))
+        self.engine_gap = gap / max(tokens, 1)
+        completions.logprobs = rows
 
 
 # ----------------------------------------------------------------------------- the real engine (GPU only)

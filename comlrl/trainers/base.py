@@ -19,7 +19,7 @@ from comlrl.models.loading import LoadOptions
 from comlrl.models.lora import BaseReference, LoraBases, export_view
 from comlrl.models.precision import Precision, resolve_precision
 from comlrl.models.saving import check_target_free, save_pretrained_dir
-from comlrl.rollout.generation import RESERVED_GENERATION_KEYS, SamplingParams
+from comlrl.rollout.generation import GENERATION_KEY_FIELDS, RESERVED_GENERATION_KEYS, SamplingParams, refused_generation_keys
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import TreeRollout
 from comlrl.checkpoint.store import CheckpointSchedule
@@ -214,7 +214,8 @@ class TrainerBase(TrainerCheckpoints):
         self.precision = resolve_precision(a.precision, model_config, self.agent_devices)
         a.precision = self.precision.name
         require_optional_packages(a)
-        self._lora = LoraBases()
+        mp_recompute = a.parallel_training == "mp" and a.gradient_checkpointing
+        self._lora = LoraBases("parallel_training='mp' with gradient_checkpointing=True" if mp_recompute else None)
         return LoadOptions(self.precision, explicit, a.gradient_checkpointing)
 
     def _uses_reference_models(self) -> bool:
@@ -276,8 +277,9 @@ class TrainerBase(TrainerCheckpoints):
         checkpoint_dir for its latest, or True for the latest in ``checkpoint_dir``) continues a run
         from the exact step it was saved at.
 
-        ``generation_kwargs`` are extra ``generate`` settings (e.g. ``repetition_penalty``); the
-        sampling settings of the config cannot be overridden here.
+        ``generation_kwargs`` are extra ``generate`` settings that leave the sampled distribution
+        alone (``use_cache``, ``max_time``, ``stop_strings``, ...: ``DISTRIBUTION_FREE_GENERATION_KEYS``);
+        the config's sampling settings and anything that reshapes the distribution are refused.
         """
         schedule = CheckpointSchedule.from_train_args(
             checkpoint_dir=checkpoint_dir, checkpoint_interval=checkpoint_interval, checkpoint_total_limit=checkpoint_total_limit,
@@ -353,6 +355,20 @@ class TrainerBase(TrainerCheckpoints):
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise ValueError(f"train() got unknown generation settings {unknown}; see transformers.GenerationConfig.")
+        changing = refused_generation_keys(kwargs)
+        if changing:
+            fields = ", ".join(f"{key} -> {GENERATION_KEY_FIELDS[key]}" for key in changing if key in GENERATION_KEY_FIELDS)
+            raise ValueError(
+                f"train() got generation settings {changing} that change the distribution tokens are sampled from, while the "
+                f"update scores them under softmax(logits / temperature): the recorded log-probs, importance ratios and KL "
+                f"would be of another policy. Set the sampling in the config ({type(self.args).__name__}: temperature, top_p, "
+                f"top_k, max_new_tokens{'; ' + fields if fields else ''}) and remove them."
+            )
+        if kwargs and self.args.generation_backend == "vllm":
+            raise ValueError(
+                f"generation_backend='vllm' does not forward train() generation settings {sorted(kwargs)}; remove them or "
+                f"use generation_backend='hf'."
+            )
         self._generation_kwargs = dict(kwargs)
 
     def _run_epochs(self) -> None:

@@ -160,6 +160,10 @@ def validate_reference_kl(config: Any) -> None:
         raise ValueError(f"reference_kl_coef must be >= 0. Got {coef!r}.")
     if not isinstance(config.reference_kl_enabled, bool):
         raise ValueError(f"reference_kl_enabled must be True or False. Got {config.reference_kl_enabled!r}.")
+    require_choice(config, "reference_kl_mode", REFERENCE_KL_MODES)
+
+
+REFERENCE_KL_MODES = ("loss", "reward")
 
 
 @dataclass
@@ -324,6 +328,12 @@ class RolloutFields(CommonTrainingFields):
     """Penalise ``reference_kl_coef * KL(agent || frozen initial agent)`` in every reward/return."""
     reference_kl_coef: float = 0.1
     """Weight of the KL penalty when ``reference_kl_enabled``."""
+    reference_kl_mode: str = "loss"
+    """Where the KL penalty enters the update: "loss" (a per-token term ``coef * (log pi - log pi_ref)^2 / 2``
+    added to each agent's policy loss, outside the advantages, so a group whose rewards tie moves the
+    policy only by about ``coef``) or "reward" (CoMLRL 1.4.3: ``coef * (log pi - log pi_ref)`` summed
+    over the completion is subtracted from its return before the group baseline, normalisation and,
+    in IAC/MAAC, the TD targets)."""
     reference_devices: Any = None
     """Devices of the frozen references (default: the agents' devices)."""
 

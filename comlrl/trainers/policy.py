@@ -14,7 +14,7 @@ from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.core.kl import sequence_kl, sequence_log_ratio
+from comlrl.core.kl import k2_token_kl_loss, sequence_kl, sequence_log_ratio
 from comlrl.core.losses import policy_gradient_loss
 from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.models.loading import frozen_copy, model_device
@@ -71,7 +71,8 @@ class PolicyAgent:
     def rollout_extras(self, completions: Completions, temperature: float, *, reference_kl: bool) -> Dict[str, Any]:
         """Per row of ``completions`` (when asked and a reference exists): ``reference_kl``, the k3 estimate
         of KL(pi || pi_ref) (logged), and ``reference_log_ratio``, k1 = log pi - log pi_ref (the penalty:
-        see ``core.kl.sequence_log_ratio``). The policy's side is the log-probs recorded while sampling;
+        see ``core.kl.sequence_log_ratio``) and ``reference_logprobs``, each row's per-token reference
+        log-probs (the KL loss of ``reference_kl_mode="loss"``). The policy's side is the log-probs recorded while sampling;
         only greedy completions (which record none) need a forward of the policy."""
         if not (reference_kl and self.reference is not None):
             return {}
@@ -86,23 +87,27 @@ class PolicyAgent:
         mask = torch.zeros_like(policy)
         for r, t in enumerate(completions.tokens):
             mask[r, : len(t)] = 1.0
-        return {"reference_kl": sequence_kl(policy, reference, mask), "reference_log_ratio": sequence_log_ratio(policy, reference, mask)}
+        return {"reference_kl": sequence_kl(policy, reference, mask), "reference_log_ratio": sequence_log_ratio(policy, reference, mask),
+                "reference_logprobs": [reference[r, : len(t)].clone() for r, t in enumerate(completions.tokens)]}
 
 
 def build_references(
     agents: Sequence[nn.Module], sources: Sequence[Any], devices: Sequence[torch.device], dtype: Optional[torch.dtype] = None
 ) -> List[nn.Module]:
     """Frozen copies of the initial agents (in ``dtype`` when given); agents loaded from the same id
-    share one reference. An agent that is a LoRA adapter over a frozen base gets that base with its
-    adapters disabled instead of a copy."""
+    share one reference. An agent that is a LoRA adapter over a frozen base gets its initial policy
+    over that base instead of a copy (``SharedBase.reference_module``)."""
     shared: Dict[Any, nn.Module] = {}
     references = []
     for model, source, device in zip(agents, sources, devices):
+        reference = adapter_free_reference(model)  # each adapter's own initial policy, never shared by source
+        if reference is not None:
+            references.append(reference)
+            continue
         key = (source, device) if isinstance(source, str) else None
         if key is not None and key in shared:
             references.append(shared[key])
             continue
-        reference = adapter_free_reference(model)
         if reference is None:
             reference = frozen_copy(model, device, dtype)
         if key is not None:
@@ -116,7 +121,8 @@ class PolicyRows:
     """Sampled completions with their credit, ready for one optimizer step.
 
     ``old_logprobs[r]`` are the log-probs recorded when row r was sampled (None if unknown);
-    ``stale[r]`` says the agent has stepped since then, so the row is importance-weighted.
+    ``stale[r]`` says the agent has stepped since then, so the row is importance-weighted;
+    ``reference_logprobs[r]`` are its per-token log-probs under the frozen reference (for the KL loss).
     """
 
     prompts: List[torch.Tensor] = field(default_factory=list)
@@ -125,9 +131,10 @@ class PolicyRows:
     weights: List[float] = field(default_factory=list)
     old_logprobs: List[Optional[torch.Tensor]] = field(default_factory=list)
     stale: List[bool] = field(default_factory=list)
+    reference_logprobs: List[Optional[torch.Tensor]] = field(default_factory=list)
 
     def add(self, prompt: torch.Tensor, completion: torch.Tensor, advantage: float, weight: float,
-            old: Optional[torch.Tensor] = None, stale: bool = False) -> None:
+            old: Optional[torch.Tensor] = None, stale: bool = False, reference: Optional[torch.Tensor] = None) -> None:
         if stale and old is None:
             raise ValueError(
                 "a stale sample (drawn before its agent's last optimizer step) needs its sampling log-probs for the "
@@ -139,6 +146,7 @@ class PolicyRows:
         self.weights.append(float(weight))
         self.old_logprobs.append(old)
         self.stale.append(bool(stale))
+        self.reference_logprobs.append(reference)
 
     def __len__(self) -> int:
         return len(self.completions)
@@ -176,9 +184,13 @@ def backward_policy_rows(
     micro_batch_size: Optional[int],
     label: str,
     auxiliary: Optional[AuxiliaryLoss] = None,
+    kl_coef: Optional[float] = None,
 ) -> Dict[str, float]:
     """Forward and backward the policy-gradient loss of ``rows`` (plus ``auxiliary``'s term, from the
     same forward) through ``agent.optimizer`` (the caller finishes with ``agent.optimizer.step``).
+
+    With ``kl_coef``, every row with reference log-probs adds ``kl_coef * w_r * k2_token_kl_loss`` (the
+    reference KL as its own loss term, ``reference_kl_mode="loss"``); a row without them is refused.
 
     Rows marked stale are importance-weighted with their sampling log-probs and PPO-clipped at
     ``clip_range``; the others take the plain on-policy loss. Dropout is off (eval mode), as in
@@ -208,6 +220,10 @@ def backward_policy_rows(
             importance_rows=torch.tensor(rows.stale[start:stop], dtype=torch.bool, device=agent.device),
         )
         loss = output.loss
+        if kl_coef is not None:
+            kl_term = _kl_loss(scores.logprobs, batch.mask, rows, start, stop, kl_coef)
+            loss = loss + kl_term
+            totals["kl_loss"] = totals.get("kl_loss", 0.0) + float(kl_term.detach())
         if auxiliary is not None:
             extra, extra_metrics = auxiliary(scores, batch, slice(start, stop))
             loss = loss + extra
@@ -229,7 +245,22 @@ def backward_policy_rows(
         totals["tokens"] += tokens
         for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
             totals[key] += float(value) * tokens
-    return {**_policy_metrics(totals, rows), **extra_totals}
+    metrics = _policy_metrics(totals, rows)
+    if "kl_loss" in totals:
+        metrics["kl_loss"] = totals["kl_loss"]
+    return {**metrics, **extra_totals}
+
+
+def _kl_loss(logprobs: torch.Tensor, mask: torch.Tensor, rows: PolicyRows, start: int, stop: int, coef: float) -> torch.Tensor:
+    """``coef * sum_r w_r * k2_token_kl_loss`` over rows ``start:stop`` (their reference log-probs padded to ``logprobs``)."""
+    reference = torch.zeros_like(logprobs, dtype=torch.float32)
+    for r, ref in enumerate(rows.reference_logprobs[start:stop]):
+        if ref is None:
+            raise ValueError("reference_kl_mode='loss' needs each row's reference log-probs; this row was sampled without them.")
+        n = min(reference.shape[1], len(ref))
+        reference[r, :n] = ref[:n].to(reference.device)
+    weights = torch.tensor(rows.weights[start:stop], dtype=logprobs.dtype, device=logprobs.device)
+    return coef * (k2_token_kl_loss(logprobs, reference, mask) * weights).sum()
 
 
 def sampler_mismatch(logprobs: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, stale: Sequence[bool]) -> Tuple[float, float]:

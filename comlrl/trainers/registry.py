@@ -186,7 +186,7 @@ def register_algorithm(
         raise ValueError(f"register_algorithm: agents={agents!r} must be a positive team size, or None for the section's num_agents.")
     if estimator is not None and (not isinstance(estimator, str) or not estimator):
         raise ValueError(f"register_algorithm: estimator={estimator!r} must name a model of the memory estimator "
-                         f"('magrpo', 'iac' or 'maac'), or be None (comlrl estimate then refuses the run).")
+                         f"('magrpo', 'iac', 'maac', 'madpo' or 'marlhf'), or be None (comlrl estimate then refuses the run).")
     record = Algorithm(name, trainer, config, sections, family, agents, estimator)
     ALGORITHMS[name] = record
     return record
@@ -213,8 +213,8 @@ for _name, _module, _class, _sections, _family, _agents, _estimator in (
     ("maremax", _REINFORCE, "MAReMax", ("maremax", "magrpo"), "reinforce", None, "magrpo"),
     ("iac", _AC, "IAC", ("iac",), "actor_critic", None, "iac"),
     ("maac", _AC, "MAAC", ("maac",), "actor_critic", None, "maac"),
-    ("madpo", _PREF, "MADPO", ("madpo",), "preference", None, None),
-    ("marlhf", _PREF, "MARLHF", ("marlhf",), "preference", None, None),
+    ("madpo", _PREF, "MADPO", ("madpo",), "preference", None, "madpo"),
+    ("marlhf", _PREF, "MARLHF", ("marlhf",), "preference", None, "marlhf"),
     ("madpo_iter", _PREF, "MADPOIter", ("madpo_iter", "madpo"), "preference", None, None),
     ("marlhf_iter", _PREF, "MARLHFIter", ("marlhf_iter", "marlhf"), "preference", None, None),
     # the single-agent baselines, named as the task repositories name them

@@ -16,6 +16,7 @@ One training step (``_train_step``):
 from __future__ import annotations
 
 import random
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -288,7 +289,8 @@ class ActorCriticTrainerBase(TrainerBase):
         Order within an item: agent by agent; for each agent the tree's nodes in pre-order and the K
         samples of a node in order, so every agent's list is aligned (entry k of each is one joint sample).
         """
-        kl_coef = self.args.reference_kl_coef if self.args.reference_kl_enabled else None
+        a = self.args
+        kl_coef = a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "reward" else None
         critic_input = self._critic_input if training else None
         trees: List[List[NodeSamples]] = [
             [build_node_samples(agent, root, kl_coef=kl_coef, critic_input=critic_input) for root in result.roots]
@@ -340,12 +342,14 @@ class ActorCriticTrainerBase(TrainerBase):
 
     def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
         k = self.args.num_generations
+        start = self.env_step  # the same on every rank
         result = self._tree(num_generations=k).run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
         self.env_step += self._dist.sum_int(result.env_steps)
         per_item = self._collect(result, k, training=True)
         samples = [s for item_samples in per_item for s in item_samples]
         for sample in samples:
             sample.policy_version = self.policies[sample.agent_idx].version
+            sample.order = [start, *sample.order]
         self.metrics.record(self._rollout_metrics(samples))
         for item_samples in per_item:
             self.metrics.record(self._callback_metrics(item_samples))
@@ -379,7 +383,9 @@ class ActorCriticTrainerBase(TrainerBase):
             kls = [s.metadata for s in at if "reference_kl" in s.metadata]
             if kls:
                 metrics[f"turn_{turn + 1}/reference_kl_mean"] = _mean([m["reference_kl"] for m in kls])
-                metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = _mean([m["reference_kl_penalty"] for m in kls])
+                penalties = [m["reference_kl_penalty"] for m in kls if "reference_kl_penalty" in m]  # reward mode only
+                if penalties:
+                    metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = _mean(penalties)
         return metrics
 
     def _callback_metrics(self, samples: List[RolloutSample]) -> Dict[str, float]:
@@ -400,21 +406,40 @@ class ActorCriticTrainerBase(TrainerBase):
     def _drain(self) -> None:
         """Update on every buffered sample, turn by turn (see module docstring), then empty the buffers."""
         buffers, self.rollout_buffers = self.rollout_buffers, [[] for _ in range(self.num_agents)]
+        buffers = [self._global_buffer(buffer) for buffer in buffers]
         for turn in sorted({s.turn_idx for s in buffers[0]}):
             group = [[s for s in buffer if s.turn_idx == turn] for buffer in buffers]
             center = self.args.critic_type == "q" and self.args.num_generations == 1
             for samples in group:
-                advantages = normalized_advantages(
-                    samples, self.args.advantage_normalization, center_leave_one_out=center,
-                    sum_over_ranks=self._dist.sum_tensors if self._dist.enabled else None,
-                )
+                if center and len(samples) == 1:
+                    self._warn_single_q_group(turn)
+                advantages = normalized_advantages(samples, self.args.advantage_normalization, center_leave_one_out=center)
                 for sample, advantage in zip(samples, advantages):
                     sample.normalized_advantage = advantage
             for _ in range(self.args.update_epochs):
                 order = list(range(len(group[0])))
                 random.shuffle(order)
-                for minibatch in chunked(order, self._per_rank(self.args.train_batch_size, "train_batch_size")):
-                    self._update_minibatch([[samples[k] for k in minibatch] for samples in group])
+                order = self._dist.broadcast_object(order)  # one permutation of the global buffer for every rank
+                for minibatch in chunked(order, self.args.train_batch_size):
+                    mine = self._dist.share(minibatch, "train_batch_size")  # this rank's share of the global minibatch
+                    self._update_minibatch([[samples[k] for k in mine] for samples in group])
+
+    def _global_buffer(self, samples: List[RolloutSample]) -> List[RolloutSample]:
+        """The whole run's buffer of which ``samples`` is this rank's block (every rank's samples
+        exchanged), in ``RolloutSample.order``: one process and N data-parallel ones hold the same list."""
+        everything = [s for block in self._dist.all_gather(samples) for s in block]
+        return sorted(everything, key=lambda s: s.order)
+
+    def _warn_single_q_group(self, turn: int) -> None:
+        if getattr(self, "_warned_single_q_group", False):
+            return
+        self._warned_single_q_group = True
+        warnings.warn(
+            f"{self.algorithm_name}: a drained buffer holds one sample of turn {turn + 1} for an actor; with critic_type='q' "
+            f"and num_generations=1 its advantage (Q minus the mean Q of the group's other samples) is exactly 0, so that "
+            f"sample teaches its actor nothing. Raise rollout_buffer_size or num_generations. Shown once.",
+            stacklevel=2,
+        )
 
     def _update_minibatch(self, batch: List[List[RolloutSample]]) -> None:
         """``batch[i]``: agent i's samples of the same joint samples. One step per actor, then one per
@@ -467,7 +492,7 @@ class ActorCriticTrainerBase(TrainerBase):
         for sample in samples:
             stale = sample.policy_version != policy.version
             rows.add(sample.prompt_ids, sample.completion_ids, float(sample.normalized_advantage), 1.0 / len(samples),
-                     sample.old_token_logprobs, stale)
+                     sample.old_token_logprobs, stale, sample.reference_token_logprobs)
         auxiliary = None
         if self._critic_of_agent[agent] is None:
             auxiliary = SharedValueLoss(
@@ -477,6 +502,7 @@ class ActorCriticTrainerBase(TrainerBase):
         metrics = backward_policy_rows(
             policy, rows, temperature=a.temperature, clip_range=a.importance_clip_range,
             micro_batch_size=a.update_micro_batch_size, label=label, auxiliary=auxiliary,
+            kl_coef=a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "loss" and self.reference_models else None,
         )
         metrics["policy_loss"] = metrics.pop("loss")
         metrics["grad_norm"] = policy.optimizer.step(label)

@@ -90,6 +90,7 @@ class ActorCriticFields(RolloutFields):
         normalize_parallel_training(self, ["agent_devices", *critic_fields])
         validate_reference_kl(self)
         self._validate_extensions()
+        validate_q_groups(self)
 
     def _validate_extensions(self) -> None:
         self._validate_common()
@@ -145,3 +146,17 @@ class MAACConfig(ActorCriticFields):
     One critic LLM reads every actor's prompt (and, for "q", every completion) and estimates the
     value of the joint history; each actor follows the TD-error advantages of that shared critic.
     """
+
+
+def validate_q_groups(config: Any) -> None:
+    """A Q critic with one sample per history centres each Q on the other samples of its (actor, turn)
+    group; a buffer that leaves a turn one sample gives it advantage exactly 0, so it is refused."""
+    if config.critic_type != "q" or config.num_generations != 1:
+        return
+    needed = 2 * config.num_turns
+    if config.rollout_buffer_size < needed:
+        raise ValueError(
+            f"critic_type='q' with num_generations=1 and rollout_buffer_size={config.rollout_buffer_size} (num_turns="
+            f"{config.num_turns}) leaves (actor, turn) groups of one sample, whose advantage Q - mean(other Q) is "
+            f"exactly 0: the actors would learn nothing. Set num_generations >= 2 or rollout_buffer_size >= {needed}."
+        )

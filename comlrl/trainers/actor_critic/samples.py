@@ -11,9 +11,9 @@ they are all V(h'); for a Q critic this is expected SARSA over the child's sampl
 no bootstrap where j has no child. ``r`` is the agent's reward minus its reference-KL penalty and
 the values are the critic's estimates at rollout time.
 
-Advantages: for a V critic, the TD error ``y - V(h)``. For a Q critic, ``Q(h, a_j) - b(h)`` with a
-baseline that does not depend on the sampled action: the mean of Q over the node's K samples
-(K > 1). The TD error ``r + gamma Q(h', a') - Q(h, a)`` that CoMLRL 1.4.3 used has expectation zero
+Advantages: for a V critic, the TD error ``y - V(h)``. For a Q critic, ``Q(h, a_j) - b_j(h)`` with a
+baseline that does not depend on the sampled action: the mean of Q over the node's other K - 1
+samples (K > 1; leave-one-out, so ``A_j = K / (K - 1) * (Q_j - mean_k Q_k)``). The TD error ``r + gamma Q(h', a') - Q(h, a)`` that CoMLRL 1.4.3 used has expectation zero
 given (h, a) for an accurate critic, so the actor would learn only from the critic's errors. With
 K = 1 the node has no other sample, so the raw ``Q(h, a)`` is stored and the update centres it on the
 mean of the other samples of its (agent, turn) group (``normalized_advantages``).
@@ -34,8 +34,8 @@ class RolloutSample:
     """One agent's completion at one turn of one episode (CoMLRL 1.4.3 fields first).
 
     Scalars are 0-d CPU tensors. ``metadata`` (shown to ``metrics_callback``) holds ``turn_idx``,
-    ``generation_idx``, ``batch_item`` and, with reference KL, ``reference_kl``,
-    ``reference_kl_penalty`` and ``environment_reward``.
+    ``generation_idx``, ``batch_item`` and, with reference KL, ``reference_kl`` and
+    ``environment_reward`` (and ``reference_kl_penalty`` with ``reference_kl_mode="reward"``).
     """
 
     agent_idx: int
@@ -57,6 +57,10 @@ class RolloutSample:
     old_token_logprobs: Optional[torch.Tensor] = None  # [C] log-probs recorded while sampling
     critic_input_ids: Optional[torch.Tensor] = None  # 1-D ids the critic reads for this sample
     policy_version: int = 0  # the agent's optimizer steps when this was sampled (stale once it steps again)
+    reference_token_logprobs: Optional[torch.Tensor] = None  # [C] under the frozen reference (KL loss)
+    # [rollout env_step, item id, node path (+1 each), 0, j]: the same in every process layout and in
+    # the buffer's order (items, then each tree in pre-order); a drain sorts the exchanged buffer by it
+    order: List[int] = field(default_factory=list)
 
     @property
     def turn_idx(self) -> int:
@@ -97,6 +101,7 @@ CriticInput = Callable[[int, Node, int, torch.Tensor, torch.Tensor], Optional[to
 
 
 def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_input: Optional[CriticInput]) -> tuple:
+    """``kl_coef`` (``reference_kl_mode="reward"`` only) subtracts the KL penalty from the reward."""
     completions = node.level.completions[agent]
     row = node.completions[agent][j]
     prompt_ids, completion_ids = completions.prompt_of_row(row), completions.tokens[row]
@@ -109,6 +114,9 @@ def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_inp
         # the penalty is k1 = log pi - log pi_ref (core.kl.sequence_log_ratio); the logged KL is k3
         penalty = kl_coef * float(extras["reference_log_ratio"][row])
         metadata.update(reference_kl=kl, reference_kl_penalty=penalty, environment_reward=reward)
+    elif extras.get("reference_kl") is not None:
+        metadata.update(reference_kl=float(extras["reference_kl"][row]), environment_reward=reward)
+    reference_tokens = extras["reference_logprobs"][row] if extras.get("reference_logprobs") is not None else None
     old_tokens = completions.logprobs[row] if completions.logprobs is not None else None
     sample = RolloutSample(
         agent_idx=agent,
@@ -126,6 +134,8 @@ def _sample(agent: int, node: Node, j: int, kl_coef: Optional[float], critic_inp
         metadata=metadata,
         old_token_logprobs=old_tokens,
         critic_input_ids=critic_input(agent, node, j, prompt_ids, completion_ids) if critic_input else None,
+        reference_token_logprobs=reference_tokens,
+        order=[node.item_id, *[p + 1 for p in node.path], 0, j],
     )
     return sample, reward - penalty
 
@@ -157,8 +167,9 @@ def assign_td_targets(tree: NodeSamples, discount: float, critic_type: str = "v"
         target = torch.tensor(reward, dtype=torch.float32) + discount * bootstrap
         sample.value_target = target.clone()
         if critic_type == "q":
-            # Q(h, a_j) - mean_k Q(h, a_k); with one sample the update centres it (see module docstring)
-            sample.advantage = (values[j] - values.mean()).clone() if len(values) > 1 else values[j].clone()
+            # Q(h, a_j) - mean_{k != j} Q(h, a_k); with one sample the update centres it (see module docstring)
+            others = (values.sum() - values[j]) / (len(values) - 1) if len(values) > 1 else None
+            sample.advantage = (values[j] - others).clone() if others is not None else values[j].clone()
         else:
             sample.advantage = (target - values[j]).clone()
         if child is not None:

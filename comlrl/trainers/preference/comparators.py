@@ -27,6 +27,7 @@ import torch.nn as nn
 from comlrl.models.loading import frozen_copy, load_models, resolve_model_kwargs
 from comlrl.models.tokenizers import ensure_pad_token, load_tokenizers
 from comlrl.rollout.generation import HFGenerator, SamplingParams
+from comlrl.rollout.sampling import draw_seeds
 from comlrl.trainers.preference.centralized import joint_prompt, split_completion
 from comlrl.trainers.preference.collection import ItemCandidates
 from comlrl.parallel.devices import resolve_devices
@@ -195,8 +196,11 @@ class Comparator:
                 for b, c in enumerate(target)]
 
     def _sample(self, generator: HFGenerator, prompts: List[str], count: int, sampling: SamplingParams):
-        with self.streams.active(generator.device):
-            return generator.generate(prompts, count, sampling)
+        """Sampled with row seeds drawn from the comparator's own stream (comlrl's sampler draws every
+        token from them on any device, so the trainer's global RNG is never touched, on CUDA too)."""
+        with self.streams.active(torch.device("cpu")):
+            seeds = draw_seeds(len(prompts) * count) if sampling.do_sample else None
+        return generator.generate(prompts, count, sampling, seeds=seeds)
 
     def _api(self, prompt: str, count: int, sampling: SamplingParams, agent: Optional[int], item: Any) -> List[str]:
         completions = self.client.complete(prompt, count, max_new_tokens=sampling.max_new_tokens, temperature=sampling.temperature,

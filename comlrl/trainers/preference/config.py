@@ -14,7 +14,7 @@ import torch
 
 from comlrl.core.advantages import ADVANTAGE_MODES
 from comlrl.core.preference import PAIR_SELECTIONS
-from comlrl.trainers.actor_critic.config import CRITIC_TYPES
+from comlrl.trainers.actor_critic.config import CRITIC_TYPES, validate_q_groups
 from comlrl.trainers.config_base import (
     RESUMABLE_RUN_FIELDS,
     RolloutFields,
@@ -122,6 +122,11 @@ class MADPOConfig(RolloutFields):
         require_int_at_least(self, "train_batch_size", 1)
         normalize_parallel_training(self, ["agent_devices"])
         validate_reference_kl(self)
+        if self.reference_kl_enabled and not self._reads_reference_kl():
+            raise ValueError(
+                f"reference_kl_enabled=True is not used by {type(self).__name__.removesuffix('Config')}: its DPO loss has "
+                f"no reference-KL penalty (dpo_beta sets how far the policy may move); remove it."
+            )
         if self.num_turns != 1:
             raise ValueError(
                 f"MADPO currently supports num_turns=1 only (got num_turns={self.num_turns}); the preference "
@@ -138,6 +143,10 @@ class MADPOConfig(RolloutFields):
     def _centralize_comparator(self) -> None:
         """Hook of the iterative configs: a centralized team has one comparator generator (index 0)."""
 
+    def _reads_reference_kl(self) -> bool:
+        """Whether reference_kl_enabled means anything (MARLHF's RL phase; not MADPO's DPO loss)."""
+        return False
+
     def _validate_preference(self) -> None:
         require_int_at_least(self, "preference_num_candidates", 2)
         _require_optional_int(self, "preference_pairs_per_sample", 1)
@@ -153,6 +162,13 @@ class MADPOConfig(RolloutFields):
                 f"pair_selection='all' keeps every strict pair, so preference_pairs_per_sample must be None "
                 f"(got {self.preference_pairs_per_sample}); or choose pair_selection='reward_gap'/'random' to cap them."
             )
+
+
+# MARLHFConfig fields only one family of RL backends reads (advantage_mode: see ``_follow_rl_algorithm``).
+GROUP_BACKEND_FIELDS = ("joint_mode", "buffers_per_generation")
+ACTOR_CRITIC_BACKEND_FIELDS = ("critic_model_name", "critic_learning_rate", "critic_devices", "critic_type", "value_loss_coef",
+                               "critic_value_head_hidden_dim", "update_epochs")
+IAC_BACKEND_FIELDS = ("use_separate_critic", "value_clip_range", "value_head_hidden_dim")
 
 
 @dataclass
@@ -217,6 +233,9 @@ class MARLHFConfig(MADPOConfig):
     update_epochs: int = 1
     """Actor-critic: passes over each drained buffer (see IACConfig)."""
 
+    def _reads_reference_kl(self) -> bool:
+        return True
+
     def _validate_preference(self) -> None:
         super()._validate_preference()
         canonical = require_choice(self, "rl_algorithm", RL_ALGORITHMS, RL_ALGORITHM_ALIASES)
@@ -234,7 +253,23 @@ class MARLHFConfig(MADPOConfig):
         if not isinstance(self.reward_freeze_backbone, bool):
             raise ValueError(f"reward_freeze_backbone must be True or False. Got {self.reward_freeze_backbone!r}.")
         self._validate_critic_fields()
+        if canonical in ACTOR_CRITIC_ALGORITHMS:
+            validate_q_groups(self)
+        self._refuse_other_backends_fields(canonical)
         self._follow_rl_algorithm(canonical)
+
+    def _refuse_other_backends_fields(self, algorithm: str) -> None:
+        """A field set explicitly that the chosen RL backend never reads is an error, not ignored."""
+        if algorithm in ACTOR_CRITIC_ALGORITHMS:
+            unused = set(GROUP_BACKEND_FIELDS) | (set(IAC_BACKEND_FIELDS) if algorithm == "maac" else set())
+        else:
+            unused = set(ACTOR_CRITIC_BACKEND_FIELDS) | set(IAC_BACKEND_FIELDS)
+        for name in sorted(unused):
+            if self.is_explicit(name):
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is not used by rl_algorithm={algorithm!r}; remove it, or choose an "
+                    f"rl_algorithm that reads it."
+                )
 
     def _validate_reward_device(self) -> None:
         if self.reward_model_device is None:
@@ -266,6 +301,11 @@ class MARLHFConfig(MADPOConfig):
     def _follow_rl_algorithm(self, algorithm: str) -> None:
         """The group baseline is the one ``rl_algorithm`` names; an explicit other one is an error."""
         if algorithm not in GROUP_RL_ALGORITHMS:
+            if self.is_explicit("advantage_mode"):
+                raise ValueError(
+                    f"advantage_mode={self.advantage_mode!r} is not used by rl_algorithm={algorithm!r} (its advantages come "
+                    f"from the critic); remove it."
+                )
             return
         mode = GROUP_RL_ALGORITHMS[algorithm]
         if self.is_explicit("advantage_mode") and self.advantage_mode != mode:

@@ -26,6 +26,7 @@ import torch
 
 from comlrl.core.losses import sequence_logprobs
 from comlrl.core.preference import joint_margin_loss, preference_accuracy
+from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.formatters import build_formatters
 from comlrl.rollout.scoring import score_completions
@@ -98,7 +99,14 @@ class MADPOTrainer(MAGRPOTrainer):
         args: Optional[MADPOConfig] = None,
         *,
         centralized_comparator_adapter: Any = None,
+        peft_config: Any = None,
     ):
+        if peft_config is not None:
+            raise ValueError(
+                f"peft_config is not supported by {type(self).__name__} yet: the preference trainers train full weights "
+                f"(their pair scoring and reward learning have no adapter path). Remove peft_config, or train LoRA "
+                f"adapters with MAGRPOTrainer / IACTrainer / MAACTrainer."
+            )
         args = self._resolve_args(args)
         self.centralized_adapter = check_adapter(centralized_comparator_adapter or TaggedCentralizedComparatorAdapter())
         self.collaboration: Optional[CentralizedCollaboration] = None
@@ -321,15 +329,17 @@ class MADPOTrainer(MAGRPOTrainer):
 
     def _score_margins(self, agent: int, pairs: Sequence[PreferencePair]) -> torch.Tensor:
         """``Delta_agent`` of ``pairs`` (``[B]``, with a graph when grad is enabled): one forward over
-        the winners and losers of every pair (2B rows), in eval mode (no dropout: the scored
-        distribution is the model's own)."""
+        the winners and losers of every pair (2B rows) in the scoring mode of every policy update (no
+        dropout, checkpointed layers still checkpointing, the precision's autocast)."""
         policy = self.policies[agent]
-        policy.model.eval()
+        scoring_mode(policy.model)
         part = [pair.agent_tensors[agent] for pair in pairs]
         batch = build_sequence_batch([t.prompt_input_ids for t in part] * 2,
                                      [t.winner_completion_ids for t in part] + [t.loser_completion_ids for t in part],
                                      policy.pad_id, policy.device)
-        logps = sequence_logprobs(score_completions(policy.model, batch).logprobs, batch.mask)
+        with policy.autocast():
+            logprobs = score_completions(policy.model, batch).logprobs
+        logps = sequence_logprobs(logprobs.float(), batch.mask)
         return logps[: len(part)] - logps[len(part) :]
 
     def _joint_backward(self, pairs: Sequence[PreferencePair]) -> bool:

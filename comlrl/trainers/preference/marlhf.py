@@ -48,16 +48,23 @@ from comlrl.telemetry.progress import library_bars
 
 __all__ = ["MARLHFConfig", "MARLHFTrainer"]
 
-# Fields an actor-critic engine takes over from MARLHFConfig unchanged.
-_AC_FIELDS = (
-    "agent_learning_rate", "rollout_buffer_size", "train_batch_size", "value_loss_coef", "advantage_normalization",
-    "max_new_tokens", "temperature", "top_p", "top_k", "num_train_epochs", "critic_type", "critic_value_head_hidden_dim",
-    "parallel_training", "agent_devices", "critic_devices", "discount", "num_generations", "eval_interval",
-    "eval_num_samples", "eval_batch_size", "early_termination_threshold", "logging_steps", "reference_kl_enabled",
-    "reference_kl_coef", "reference_devices", "max_grad_norm", "weight_decay", "adam_betas", "adam_epsilon",
-    "optimizer_fused", "optimizer_in_backward", "update_micro_batch_size", "update_epochs", "importance_clip_range",
-)
-_IAC_FIELDS = ("use_separate_critic", "value_clip_range", "value_head_hidden_dim")
+# The actor-critic engine takes every field its config shares with MARLHFConfig, by name and value,
+# except these, which it is given by the trainer (the count it resolved, the critics' learning-rate
+# default) or which belong to the trainer's own output (the engine writes no logs or files itself).
+ENGINE_SET_FIELDS = frozenset({"num_agents", "critic_learning_rate", "verbose", "output_dir", "overwrite_output_dir", "tensorboard"})
+# Fields of MARLHFConfig that no actor-critic config has: collection, reward learning, the group backends.
+PREFERENCE_ONLY_FIELDS = frozenset({
+    "advantage_mode", "buffers_per_generation", "collaboration_mode", "collection_batch_size", "critic_model_name", "dpo_beta",
+    "environment_steps_per_pair", "joint_mode", "pair_selection", "preference_num_candidates", "preference_pairs_per_sample",
+    "reward_freeze_backbone", "reward_learning_rate", "reward_max_length", "reward_model_device", "reward_model_name",
+    "reward_num_train_epochs", "reward_train_batch_size", "rl_algorithm", "use_environment_step",
+})
+
+
+def engine_fields(engine_config_cls: type) -> List[str]:
+    """The MARLHFConfig fields an actor-critic engine of ``engine_config_cls`` takes over unchanged."""
+    shared = set(MARLHFConfig.field_names()) & set(engine_config_cls.field_names())
+    return sorted(shared - ENGINE_SET_FIELDS)
 
 
 class GroupRL:
@@ -200,11 +207,9 @@ class MARLHFTrainer(MADPOTrainer):
     def _actor_critic_args(self) -> Any:
         a = self.args
         cls = IACTrainer if a.rl_algorithm == "iac" else MAACTrainer
-        fields = {name: getattr(a, name) for name in _AC_FIELDS}
-        if a.rl_algorithm == "iac":
-            fields.update({name: getattr(a, name) for name in _IAC_FIELDS})
-        fields.update(num_agents=self.num_agents, num_turns=1, critic_learning_rate=a.critic_learning_rate or a.agent_learning_rate,
-                      verbose=False, output_dir=None, tensorboard=False)
+        fields = {name: getattr(a, name) for name in engine_fields(cls.default_config_cls)}
+        fields.update(num_agents=self.num_agents, critic_learning_rate=a.critic_learning_rate or a.agent_learning_rate,
+                      verbose=False, output_dir=None, overwrite_output_dir=False, tensorboard=False)
         return cls, cls.default_config_cls(**fields)
 
     def _build_actor_critic(self, metrics_callback: Any) -> ActorCriticRL:

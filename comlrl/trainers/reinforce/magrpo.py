@@ -149,12 +149,14 @@ class MAGRPOTrainer(TrainerBase):
 
     def _train_step(self, items: List[Any], item_ids: Optional[List[int]] = None) -> None:
         tree = self._tree(num_generations=self.args.num_generations)
+        start = self.env_step  # the same on every rank
         result = tree.run(items, self.env_step, item_ids=item_ids, step_seed=self._step_seed())
         self.env_step += self._dist.sum_int(result.env_steps)
         self._record_rollout(result)
         self._record_tree_signal(tree, result)
         for sample in result.samples:
             sample.policy_version = self.policies[sample.agent_idx].version
+            sample.order = [start, *sample.order]
             self.rollout_buffers[sample.agent_idx].append(sample)
         size = self._per_rank(self.args.rollout_buffer_size, "rollout_buffer_size")
         batches: List[List[List[GroupSample]]] = [[] for _ in self.rollout_buffers]
@@ -170,6 +172,8 @@ class MAGRPOTrainer(TrainerBase):
         ``parallel_training="mp"``. Each drain shuffles with its own generator, seeded here in agent
         order, so both schedules compute the same numbers."""
         seeds = [draw_seeds(len(agent_batches)) if agent_batches else [] for agent_batches in batches]
+        seeds = self._dist.broadcast_object(seeds)  # every rank shuffles the global buffer alike
+        batches = [[self._global_buffer(batch) for batch in agent_batches] for agent_batches in batches]
 
         def task(agent: int) -> List[Dict[str, float]]:
             rows: List[Dict[str, float]] = []
@@ -189,6 +193,8 @@ class MAGRPOTrainer(TrainerBase):
                 at = [s for s in result.samples if s.turn_idx == turn and s.reference_kl is not None]
                 if at:
                     metrics[f"turn_{turn + 1}/reference_kl_mean"] = float(torch.cat([s.reference_kl for s in at]).mean())
+                    if not self._kl_in_reward():
+                        continue
                     penalty = torch.cat([s.reference_log_ratio for s in at]).mean() * self.args.reference_kl_coef
                     metrics[f"turn_{turn + 1}/reference_kl_penalty_mean"] = float(penalty)
         self.metrics.record(metrics)
@@ -212,23 +218,40 @@ class MAGRPOTrainer(TrainerBase):
 
     # ------------------------------------------------------------------ update
     def _advantages(self, sample: GroupSample) -> torch.Tensor:
-        """Group advantages of ``returns - reference_kl_coef * (log pi - log pi_ref)`` (see
-        ``core.kl.sequence_log_ratio`` for why the penalty is k1, not the logged k3)."""
+        """Group advantages of the returns; with ``reference_kl_mode="reward"`` of
+        ``returns - reference_kl_coef * (log pi - log pi_ref)`` (see ``core.kl.sequence_log_ratio`` for
+        why the penalty is k1, not the logged k3). The default "loss" mode leaves the KL out of them."""
         returns = sample.returns.float()
-        if self.args.reference_kl_enabled and sample.reference_log_ratio is not None:
+        if self._kl_in_reward() and sample.reference_log_ratio is not None:
             returns = returns - self.args.reference_kl_coef * sample.reference_log_ratio.float()
         advantages = group_advantages(returns, self.args.advantage_mode)
         return normalize_groups(advantages) if self.args.advantage_normalization else advantages
 
+    def _kl_in_reward(self) -> bool:
+        return self.args.reference_kl_enabled and self.args.reference_kl_mode == "reward"
+
+    def _kl_loss_coef(self) -> Optional[float]:
+        """The coefficient of the per-token KL loss term (None unless ``reference_kl_mode="loss"``)."""
+        a = self.args
+        return a.reference_kl_coef if a.reference_kl_enabled and a.reference_kl_mode == "loss" and self.reference_models else None
+
+    def _global_buffer(self, samples: List[GroupSample]) -> List[GroupSample]:
+        """The whole run's buffer of which ``samples`` is this rank's block (every rank's groups, token
+        ids, returns and log-probs exchanged), in the order of ``GroupSample.order``: one process and
+        N data-parallel ones hold the same list."""
+        everything = [s for block in self._dist.all_gather(samples) for s in block]
+        return sorted(everything, key=lambda s: s.order)
+
     def _update(self, agent: int, samples: List[GroupSample], rng: random.Random) -> List[Dict[str, float]]:
-        """Per turn (ascending): shuffle, split into minibatches, one optimizer step per minibatch;
-        returns each step's metrics."""
+        """Per turn (ascending): shuffle the global buffer ``samples``, split it into minibatches of
+        ``train_batch_size`` groups, one optimizer step per minibatch (each data-parallel rank takes its
+        share of every minibatch, their gradients averaged); returns each step's metrics."""
         rows = []
         for turn in sorted({s.turn_idx for s in samples}):
             group = [s for s in samples if s.turn_idx == turn]
             rng.shuffle(group)
-            for minibatch in chunked(group, self._per_rank(self.args.train_batch_size, "train_batch_size")):
-                metrics = self._policy_step(agent, list(minibatch))
+            for minibatch in chunked(group, self.args.train_batch_size):
+                metrics = self._policy_step(agent, self._dist.share(list(minibatch), "train_batch_size"))
                 rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
         return rows
 
@@ -250,11 +273,12 @@ class MAGRPOTrainer(TrainerBase):
             stale = sample.policy_version != policy.version
             for k, completion in enumerate(sample.completion_ids):
                 old = sample.old_logprobs[k] if sample.old_logprobs is not None else None
-                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale)
+                reference = sample.reference_logprobs[k] if sample.reference_logprobs is not None else None
+                rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale, reference)
         label = f"{self.algorithm_name} agent {agent} (env_step {self.env_step})"
         metrics = backward_policy_rows(
             policy, rows, temperature=self.args.temperature, clip_range=self.args.importance_clip_range,
-            micro_batch_size=self.args.update_micro_batch_size, label=label,
+            micro_batch_size=self.args.update_micro_batch_size, label=label, kl_coef=self._kl_loss_coef(),
         )
         metrics["grad_norm"] = policy.optimizer.step(label)
         stacked = torch.cat(advantage_values)
