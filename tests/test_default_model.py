@@ -15,7 +15,7 @@ import zipfile
 
 import pytest
 
-from comlrl import default_model as dm
+from comlrl.models import default_model as dm
 from conftest import find_smollm2_wheel
 
 PAYLOAD = b"GGUF fake payload"
