@@ -26,6 +26,7 @@ from comlrl.models.entities import AgentPlan, agent_count, check_plan_sources, l
 from comlrl.models.sources import check_sources_exist
 from comlrl.models.loading import check_model_config, model_device
 from comlrl.models.lora import normalize_peft_configs
+from comlrl.models.saving import check_folder_path
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.formatters import build_formatters, check_prompt_rows
@@ -526,6 +527,7 @@ class ActorCriticTrainerBase(TrainerBase):
         (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are refused unless
         ``overwrite=True``. A W&B run stays open.
         """
+        check_folder_path(output_dir, "save_model(output_dir)")
         entries = self._export_entries(output_dir)
         for entry in entries:  # collective: every rank gathers a sharded backbone
             entry.backbone_state = full_model_state(entry.model.model) if is_sharded(entry.model.model) else None
