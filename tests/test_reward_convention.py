@@ -10,15 +10,6 @@ def one_list(completions):
     return [float(len(c)) for c in completions]
 
 
-def test_one_argument_reward_is_refused_for_two_agents_even_when_the_counts_would_match():
-    # two agents, two joint responses: the old list-of-lists guess returned 2 values and "worked"
-    with pytest.raises(ValueError) as info:
-        RewardFunction(one_list, num_agents=2)
-    message = str(info.value)
-    assert "'one_list'" in message and "(completions)" in message
-    assert "f(completions_0, completions_1, batch_items=None)" in message
-
-
 def test_the_refusal_comes_before_any_model_loads(monkeypatch):
     import comlrl.trainers.reinforce.magrpo as magrpo
 

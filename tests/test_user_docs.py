@@ -58,4 +58,4 @@ def test_num_turns_keeps_its_default_and_the_error_names_the_fix(monkeypatch):
     with pytest.raises(ValueError) as info:
         MAGRPOTrainer(agents=["/x/a", "/x/b"], reward_func=lambda a, b: [0.0] * len(a), args=MAGRPOConfig())
     message = str(info.value)
-    assert "set num_turns=1 in MAGRPOConfig(...)" in message and "defaults to 2, as in CoMLRL 1.4.3" in message
+    assert "set num_turns=1 in MAGRPOConfig(...)" in message and "num_turns defaults to 2, as in CoMLRL 1.4.3" in message

@@ -430,6 +430,9 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
     options = environment_options(environment, {**data, "seed": seed}, raws)
     section_values = data.get(section) or {}
     run_dir = output_dir or (section_values.get("output_dir") if isinstance(section_values, Mapping) else None) or fixed["output"].get("base_dir") or f"runs/{chosen.name}_{environment}"
+    from comlrl.models.saving import check_folder_path
+
+    check_folder_path(run_dir, "The run directory (--output-dir / output.base_dir)")
     config = _trainer_config(chosen, section, data, fixed, run_dir, raws)
     spec = environment_spec(environment)
     entities = _entities(chosen, section, data, fixed, config, env_agents=spec.agent_counts, env=environment)

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
 from comlrl.checkpoint.interrupt import signal_of
-from comlrl.checkpoint.state import jsonable
+from comlrl.checkpoint.state import dataset_info, jsonable
 from comlrl.telemetry.wandb_sink import scrub_secrets
 
 CONFIG_FILE = "run_config.json"
@@ -88,13 +88,10 @@ def describe_model(name: str, model: Any, source: Any) -> Dict[str, Any]:
 
 def describe_data(dataset: Any) -> Optional[Dict[str, Any]]:
     """Rows of a dataset (None without a length) and, for an environment's, where they came from."""
-    if dataset is None:
+    info = dataset_info(dataset)
+    if info is None:
         return None
-    try:
-        rows: Optional[int] = len(dataset)
-    except TypeError:
-        rows = None
-    return {"rows": rows, **(getattr(dataset, "comlrl_source", None) or {})}
+    return {"rows": info["length"], **(getattr(dataset, "comlrl_source", None) or {})}
 
 
 def latest_metrics(rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:

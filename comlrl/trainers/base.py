@@ -480,9 +480,9 @@ class TrainerBase(TrainerCheckpoints):
         if transition is not None and not callable(transition):
             raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
         if args.num_turns > 1 and transition is None:
-            default = "" if args.is_explicit("num_turns") else f" (num_turns defaults to {args.num_turns}, as in CoMLRL 1.4.3)"
+            default = "" if args.is_explicit("num_turns") else f"; num_turns defaults to {args.num_turns}, as in CoMLRL 1.4.3"
             raise ValueError(
-                f"Multi-turn {family} requires an external_transition (num_turns={args.num_turns}){default}: for single-turn "
+                f"Multi-turn {family} requires an external_transition (num_turns={args.num_turns}{default}): for single-turn "
                 f"training set num_turns=1 in {type(args).__name__}(...), or give external_transition=f returning the next "
                 f"turn's prompt of every agent."
             )
