@@ -118,3 +118,18 @@ def test_the_cli_reports_a_signal_in_one_line(monkeypatch, capsys):
                  "--override", "agent_model.name=default"])
     assert code == 143
     assert capsys.readouterr().err.strip() == "comlrl train: interrupted by SIGTERM: training stopped by SIGTERM; final checkpoint /ck/checkpoint-1"
+
+
+def test_python_api_refuses_wandb_online_without_a_login_before_loading(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is an optional dependency")
+    import comlrl.trainers.reinforce.magrpo as magrpo
+
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setattr(magrpo, "load_agents", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    with pytest.raises(ValueError) as info:
+        MAGRPOTrainer(agents=["/x/a", "/x/b"], reward_func=lambda a, b: [0.0] * len(a), wandb_config={"project": "p"},
+                      args=MAGRPOConfig(**SETTINGS))
+    message = str(info.value)
+    assert "`wandb login`" in message and "wandb_config['mode']='offline'" in message and "'disabled'" in message

@@ -154,39 +154,11 @@ def check_checkpoint_settings(plan) -> None:
                          f"({plan.algorithm.name}); resume it with the config that wrote it{hint}, or give a checkpoint of this run.")
 
 
-WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
-
-
 def check_wandb_login(settings) -> None:
-    """W&B online needs a login: ``WANDB_API_KEY`` or ``wandb login``'s netrc entry (read for its
-    presence only; the key is never read into a message or a file)."""
-    import importlib.util
+    """W&B online needs a login (``comlrl.telemetry.wandb_sink.check_wandb_ready``), named as the YAML keys."""
+    from comlrl.telemetry.wandb_sink import check_wandb_ready
 
-    if settings is None or importlib.util.find_spec("wandb") is None:
-        return  # off, or not installed (the run says so and logs to metrics.jsonl)
-    mode = str(settings.get("mode") or os.environ.get("WANDB_MODE") or "online").strip().lower()
-    if mode not in WANDB_MODES:
-        raise ValueError(f"wandb.mode={mode!r} is not a W&B mode; use online, offline or disabled.")
-    if mode in ("offline", "disabled", "dryrun") or wandb_logged_in():
-        return
-    raise ValueError(
-        f"wandb.project={settings.get('project')!r} logs to W&B online, but this machine has no W&B login: run `wandb login` "
-        f"(or set WANDB_API_KEY), or set wandb.mode=offline (the run's files go under the run folder) or wandb.mode=disabled."
-    )
-
-
-def wandb_logged_in() -> bool:
-    import netrc
-    from urllib.parse import urlparse
-
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
-    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
-    try:
-        return netrc.netrc(path).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
+    check_wandb_ready(settings, project_key="wandb.project", mode_setting="wandb.mode={}")
 
 
 def is_main_process() -> bool:

@@ -97,7 +97,7 @@ def test_wandb_login_found_in_netrc_or_offline_mode_passes_the_check(tmp_path, m
     check_wandb_login({"project": "mine"})
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
     check_wandb_login({"project": "mine", "mode": "offline"})
-    with pytest.raises(ValueError, match="wandb.mode='sometimes' is not a W&B mode"):
+    with pytest.raises(ValueError, match="wandb.mode=sometimes is not a W&B mode"):
         check_wandb_login({"project": "mine", "mode": "sometimes"})
 
 

@@ -48,6 +48,7 @@ from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.parallel.fsdp import full_model_state, is_sharded
 from comlrl.telemetry.progress import library_bars
+from comlrl.telemetry.wandb_sink import check_wandb_ready
 from comlrl.trainers.optim import AgentOptimizer
 
 
@@ -115,6 +116,7 @@ class ActorCriticTrainerBase(TrainerBase):
         check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
         self.reward = RewardFunction(reward_func, count, reward_processor)
         self._join_data_parallel(args)
+        check_wandb_ready(wandb_config)  # a missing login is one line now, not a traceback after loading
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
         reference_devices = self._reference_devices(self.agent_devices)
