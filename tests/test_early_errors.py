@@ -122,13 +122,11 @@ def per_agent_lengths(completions):
 
 
 def test_one_argument_reward_for_two_agents_gets_a_signature_message():
-    reward = RewardFunction(per_agent_lengths, num_agents=2)
     with pytest.raises(ValueError) as info:
-        reward.score([["a", "bb", "ccc"], ["d", "ee", "fff"]], None, {"prompt": "x"})
+        RewardFunction(per_agent_lengths, num_agents=2)
     message = str(info.value)
-    assert "returned 2 values for 3 joint responses" in message
-    assert "Its signature (completions) has one positional parameter for 2 agents" in message
-    assert "f(completions_0, ..., completions_1, batch_items=None)" in message
+    assert "signature (completions) cannot take the completions of 2 agent(s)" in message
+    assert "f(completions_0, completions_1, batch_items=None)" in message
 
 
 def test_two_argument_reward_count_error_has_no_signature_hint():

@@ -162,16 +162,32 @@ def test_non_finite_loss_raises(tiny_paths, prompts_dataset):
 
 
 def test_micro_batches_and_optimizer_schedules_give_the_same_update(tiny_paths, prompts_dataset):
+    """The schedules compute the same update; the runs are in float64 so that the comparison does not
+    depend on one machine's float order.
+
+    Stepping the optimizer inside backward or after it, and clipping at a norm the gradients never
+    reach (coefficient exactly 1.0), run the same operations on the same numbers: bit-identical.
+    Micro-batches of 1 pad each forward differently, so the sums are rounded in another order. In
+    float32 that moved parameters by ~1.3e-5 (Adam amplifies rounding in near-zero gradients), i.e.
+    ~220 units of float32's rounding unit 2**-24 relative to the weights' scale; the same computation
+    in float64 (unit 2**-53, 5.4e8 times smaller) gives ~2.5e-14. ATOL = 1e-10 leaves four orders of
+    margin, while a wrong schedule (a dropped or doubled micro-batch) moves weights by ~lr = 1e-3.
+    """
+    ATOL = 1e-10
     results = []
     for overrides in ({}, {"update_micro_batch_size": 1}, {"optimizer_in_backward": False}, {"max_grad_norm": 1e9}):
         torch.manual_seed(0)
-        trainer = trainer_for(tiny_paths, prompts_dataset, **overrides)
+        trainer = MAGRPOTrainer(agents=[tiny_paths["llama"], tiny_paths["gpt2"]], reward_func=length_ratio,
+                                args=config(**overrides), train_dataset=prompts_dataset, model_config={"torch_dtype": torch.float64})
         torch.manual_seed(1)
         trainer.train()
         results.append([p.detach().clone() for agent in trainer.agents for p in agent.parameters()])
-    for other in results[1:]:
-        for a, b in zip(results[0], other):
-            torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    assert results[0][0].dtype == torch.float64
+    micro, in_backward_off, no_clip = results[1:]
+    for a, b in zip(results[0], micro):
+        torch.testing.assert_close(a, b, atol=ATOL, rtol=0.0)
+    for other in (in_backward_off, no_clip):
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
 
 
 def test_off_policy_generation_logs_importance_diagnostics(tiny_paths, prompts_dataset):

@@ -38,6 +38,7 @@ def test_quick_start_runs_with_tiny_models(tiny_paths, tmp_path, monkeypatch):
     blocks = code_blocks(section("Quick start"), "python")
     assert len(blocks) == 1
     code = substitute_models(blocks[0], {"BRIEF_MODEL": tiny_paths["llama"], "DETAILED_MODEL": tiny_paths["gpt2"]})
+    code = shrink(code, {"USE_HUB = False": "USE_HUB = True"})  # the two given models (as pasted: the embedded one)
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": "readme_quick_start"}
     exec(compile(code, "README.md quick start", "exec"), namespace)
@@ -77,6 +78,7 @@ def test_quick_start_learns_on_the_embedded_model(embedded_model_dir, tmp_path, 
     block = code_blocks(section("Quick start"), "python")[0]
     code = substitute_models(block, {"BRIEF_MODEL": embedded_model_dir, "DETAILED_MODEL": embedded_model_dir})
     code = shrink(code, {
+        "USE_HUB = False": "USE_HUB = True",  # BRIEF_MODEL / DETAILED_MODEL are the session's embedded model
         "num_train_epochs=2": "num_train_epochs=1",
         "max_new_tokens=48": "max_new_tokens=12",
         "config = MAGRPOConfig(": "config = MAGRPOConfig(weight_decay=0.0, logging_steps=1,",

@@ -35,11 +35,12 @@ def test_prompts_first_and_prompts_keyword():
     assert RewardFunction(prompts_keyword, 2).score(LISTS, ["p0", "p1"], {}) == [1.0, 1.0]
 
 
-def test_single_parameter_receives_the_list_of_lists():
+def test_single_parameter_for_two_agents_is_refused():
     def reward(completions):
         return [len(completions[0][j]) * 10 + len(completions[1][j]) for j in range(2)]
 
-    assert RewardFunction(reward, 2).score(LISTS, None, {}) == [13.0, 24.0]
+    with pytest.raises(ValueError, match=r"f\(completions_0, completions_1, batch_items=None\)"):
+        RewardFunction(reward, 2)
 
 
 def test_var_positional_and_partial_with_bound_keywords():

@@ -31,7 +31,7 @@ Every field of every trainer config, with its type, default and description. Gen
 field docstrings by `tools/gen_config_docs.py`; do not edit by hand (a test checks that this page is
 current). In Python, `help(MAGRPOConfig)` shows the same descriptions.
 
-Configs are dataclasses: `MAGRPOConfig(num_generations=4, ...)`; an unknown or misspelt field is an
+Configs are dataclasses: `MAGRPOConfig(num_turns=1, num_generations=4, ...)`; an unknown or misspelt field is an
 error that suggests the closest name. Invalid values raise a `ValueError` naming the field when the
 config is created.
 """

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional
 import torch
 
 from comlrl.checkpoint import layout
+from comlrl.checkpoint.interrupt import TrainingInterrupted
 from comlrl.checkpoint.files import (
     MODEL_INDEX_FILENAME,
     CheckpointError,
@@ -292,6 +293,7 @@ class TrainingCheckpointMixin:
     _checkpoint_schedule: Optional[CheckpointSchedule] = None
     _training_active: bool = False
     _training_failure: Optional[str] = None
+    _interrupt: Any = None  # the Interruptible of a running train() (comlrl.checkpoint.interrupt)
 
     # ------------------------------------------------------------------ trainer interface
     def _checkpoint_components(self) -> CheckpointComponents:
@@ -394,8 +396,14 @@ class TrainingCheckpointMixin:
 
     def _checkpoint_after_step(self, global_step: int) -> None:
         schedule = self._checkpoint_schedule
+        saved = None
         if schedule is not None and schedule.due_after_step(global_step):
-            self._checkpoint_save_to_directory(schedule, layout.step_checkpoint_name(global_step))
+            saved = self._checkpoint_save_to_directory(schedule, layout.step_checkpoint_name(global_step))
+        interrupt = self._interrupt
+        if interrupt is not None and interrupt.pending is not None:  # SIGTERM during this step: save it, then stop
+            if saved is None and schedule is not None and schedule.directory is not None:
+                saved = self._checkpoint_save_to_directory(schedule, layout.step_checkpoint_name(global_step))
+            raise TrainingInterrupted(interrupt.pending, saved)
 
     def _checkpoint_after_epoch(self, epoch: int, final: bool) -> None:
         schedule = self._checkpoint_schedule

@@ -1,6 +1,6 @@
 """``comlrl demo``: two agents learn the length-ratio task with MAGRPO, on CPU, in two to three minutes.
 
-Agent 1 is asked for a brief answer and agent 2 for a detailed one; the shared reward is 1.0 when
+Agent 1 is asked for one short sentence and agent 2 for a detailed answer; the shared reward is 1.0 when
 agent 2's answer is 2 to 3 times as long as agent 1's (in characters), ``exp(-distance)`` to that
 interval otherwise, and 0 when agent 1 says nothing. Both agents start from SmolLM2-135M-Instruct
 (the embedded default model, see ``comlrl.models.default_model``) unless ``--model`` / ``--agent-model``
@@ -54,12 +54,15 @@ def length_ratio_reward(completions1: Sequence[str], completions2: Sequence[str]
     return rewards
 
 
-INSTRUCTIONS = ("Give a brief answer.\n{prompt}", "Give a detailed answer.\n{prompt}")
-"""The user message of agent 1 and agent 2; each is put into its agent's chat template."""
+INSTRUCTIONS = ("Answer in one short sentence.\n{prompt}", "Give a detailed answer.\n{prompt}")
+"""The user message of agent 1 and agent 2; each is put into its agent's chat template. SmolLM2-135M
+answers "Give a brief answer." at full length (15 of 16 samples ran to a 64-token cap), so both agents
+sat at ``max_new_tokens`` and the ratio hardly moved; asked for one short sentence it stops after 12 to
+64 tokens (median about 35), so the groups' rewards differ and agent 1 can learn to be brief."""
 
 
 def make_formatters(tokenizers: Sequence[Any]) -> List[Callable[[Dict[str, Any]], str]]:
-    """Agent 1 is asked for a brief answer, agent 2 for a detailed one, each in its own chat template."""
+    """Agent 1 is asked for one short sentence, agent 2 for a detailed answer, each in its own chat template."""
     from comlrl.rollout.formatters import chat_formatters
 
     return list(chat_formatters(list(INSTRUCTIONS), list(tokenizers)))

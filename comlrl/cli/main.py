@@ -259,6 +259,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except USER_ERRORS as error:
         print(f"comlrl {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM during train() (comlrl.checkpoint.interrupt)
+        name = getattr(error, "signal_name", "SIGINT")
+        print(f"comlrl {args.command}: interrupted by {name}" + (f": {error}" if str(error) else ""), file=sys.stderr)
+        return 143 if name == "SIGTERM" else 130
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
 import yaml
@@ -107,12 +108,86 @@ def run_train(args: argparse.Namespace) -> int:
         else:
             print(yaml.safe_dump(resolved, sort_keys=False, width=120), end="")
         return 0
-    if is_main_process():  # under torchrun, rank 0 owns the run directory
+    main_process = is_main_process()  # under torchrun, rank 0 owns the run directory
+    if main_process:
+        preflight(plan, overwrite=args.overwrite)
+    data = load_data(plan)  # before any model loads: a missing or empty dataset is refused here
+    if main_process:
         check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
-        if plan.output["save_final_model"]:
-            check_save_path(plan.output["save_path"], overwrite=args.overwrite)
-    run(plan, overwrite=args.overwrite)
+    run(plan, overwrite=args.overwrite, data=data)
     return 0
+
+
+def preflight(plan, *, overwrite: bool) -> None:
+    """Every check of a run that needs no model, before anything is written or loaded: the run, save and
+    checkpoint paths (folders, not files; earlier runs and saved agents refused without ``--overwrite``),
+    the checkpoint settings and the checkpoint to resume (it exists, and was written by this algorithm),
+    and W&B's login or mode."""
+    from comlrl.models.saving import check_folder_path
+
+    check_folder_path(plan.run_dir, "The run directory (--output-dir / output.base_dir)")
+    if not overwrite:  # with --overwrite the earlier run's files are removed once the data has loaded too
+        check_run_dir(plan.run_dir, overwrite=False, resuming=plan.checkpoint.get("resume") is not None)
+    if plan.output["save_final_model"]:
+        check_folder_path(plan.output["save_path"], "output.save_path")
+        check_save_path(plan.output["save_path"], overwrite=overwrite)
+    check_checkpoint_settings(plan)
+    check_wandb_login(plan.wandb)
+
+
+CHECKPOINT_FLAGS = {"checkpoint_interval": "--checkpoint-interval (checkpoint.interval)",
+                    "checkpoint_steps": "--checkpoint-steps (checkpoint.steps)",
+                    "checkpoint_total_limit": "--checkpoint-total-limit (checkpoint.total_limit)",
+                    "checkpoint_dir": "--checkpoint-dir (checkpoint.dir)", "resume_from_checkpoint": "--resume (checkpoint.resume)"}
+
+
+def check_checkpoint_settings(plan) -> None:
+    """``train()``'s checkpoint arguments as the flags name them; the checkpoint to resume read (its
+    manifest only) and matched to this run's algorithm."""
+    from comlrl.checkpoint import layout
+    from comlrl.checkpoint.files import CheckpointError
+    from comlrl.checkpoint.store import CheckpointSchedule
+    from comlrl.models.saving import check_folder_path
+
+    ck = plan.checkpoint
+    try:
+        CheckpointSchedule.from_train_args(checkpoint_dir=ck["dir"], checkpoint_interval=ck["interval"], checkpoint_steps=ck["steps"],
+                                           checkpoint_total_limit=ck["total_limit"], resume_from_checkpoint=ck["resume"])
+    except ValueError as error:
+        message = str(error)
+        for name, flag in CHECKPOINT_FLAGS.items():
+            message = message.replace(f"{name}=", f"{flag}=").replace(f"{name} ", f"{flag} ")
+        raise ValueError(message) from None
+    if ck["dir"] is not None:
+        check_folder_path(ck["dir"], "--checkpoint-dir (checkpoint.dir)")
+    resume = ck["resume"]
+    if resume is None:
+        return
+    source = resume
+    if resume is True:
+        source = layout.latest_checkpoint(ck["dir"]) if os.path.isdir(ck["dir"]) else None
+        if source is None:
+            raise ValueError(f"--resume without a path resumes the latest checkpoint of --checkpoint-dir {ck['dir']!r}, but it holds "
+                             f"none yet; give --resume CHECKPOINT, or start the run without --resume.")
+    try:
+        saved = layout.read_checkpoint_metadata(source)["trainer_class"]
+    except (OSError, CheckpointError) as error:
+        raise ValueError(f"--resume {source!r}: {error}") from None
+    trainer = plan.algorithm.trainer.split(":")[1]
+    if saved.rsplit(".", 1)[-1] != trainer:
+        from comlrl.trainers.registry import ALGORITHMS
+
+        names = [a.name for a in ALGORITHMS.values() if a.trainer.split(":")[1] == saved.rsplit(".", 1)[-1]]
+        hint = f" (--algorithm {names[0]})" if names else ""
+        raise ValueError(f"--resume {source!r} is a checkpoint of {saved.rsplit('.', 1)[-1]}, but this run trains {trainer} "
+                         f"({plan.algorithm.name}); resume it with the config that wrote it{hint}, or give a checkpoint of this run.")
+
+
+def check_wandb_login(settings) -> None:
+    """W&B online needs a login (``comlrl.telemetry.wandb_sink.check_wandb_ready``), named as the YAML keys."""
+    from comlrl.telemetry.wandb_sink import check_wandb_ready
+
+    check_wandb_ready(settings, project_key="wandb.project", mode_setting="wandb.mode={}")
 
 
 def is_main_process() -> bool:
@@ -183,8 +258,38 @@ def wandb_config_for(plan, log: Callable[[str], None]) -> Optional[Dict[str, Any
     return dict(plan.wandb)
 
 
-def build(plan, log: Callable[[str], None] = print):
-    """Environment, datasets and trainer of ``plan`` (this loads the models)."""
+@dataclass
+class RunData:
+    """The environment a run's rows were loaded with, and those rows (``load_data``)."""
+
+    env: Any
+    train: Any
+    eval: Any
+
+    def record(self) -> Dict[str, Any]:
+        """Where each split's rows came from and how many there are (``resolved_config.yaml``'s ``data``)."""
+        return {split: self.env.data_sources.get(split) for split in ("train", "eval")}
+
+
+def load_data(plan, log: Callable[[str], None] = print) -> RunData:
+    """The run's training and evaluation rows, loaded before any model: ``dataset.offline=true`` the
+    bundled sample (its split slice honoured), else the real data or an error, with the sample in its
+    place only under ``dataset.allow_sample_fallback=true``; an empty training split is refused."""
+    from comlrl.envs import get_environment
+
+    options = {key: value for key, value in plan.environment_options.items() if key != "tokenizer"}
+    env = get_environment(plan.environment, **options)
+    d = plan.dataset
+    train, evaluation = (
+        env.load_dataset(split, d["offline"], hf_split=d[f"{split}_split"], source=d["name"], limit=d[f"num_{split}_items"],
+                         allow_sample_fallback=d["allow_sample_fallback"])
+        for split in ("train", "eval")
+    )
+    return RunData(env, train, evaluation)
+
+
+def build(plan, log: Callable[[str], None] = print, data: Optional[RunData] = None):
+    """Environment, datasets and trainer of ``plan`` (this loads the models; ``data``: already loaded rows)."""
     from comlrl.envs import get_environment
     from comlrl.telemetry.eval_rows import ROWS_FILE, EvalRows
     from comlrl.rollout.reward_processors import RewardProcessors
@@ -192,61 +297,72 @@ def build(plan, log: Callable[[str], None] = print):
     from comlrl.trainers.registry import TrainerParts
 
     seed_everything(plan.seed)
+    data = data if data is not None else load_data(plan, log)
     entities = resolve_model_names(plan.entities, log)
     options = dict(plan.environment_options)
     tokenizer = None
+    env = data.env
     if options.get("use_chat_template"):
         from transformers import AutoTokenizer
 
         sources = entities["agents"] or [entities["agent_model"]] * plan.entities.num_agents
         tokenizer = [AutoTokenizer.from_pretrained(source) for source in sources]
         options["tokenizer"] = tokenizer
-    env = get_environment(plan.environment, **options)
-    d = plan.dataset
-    datasets = [
-        env.load_dataset(split, d["offline"], hf_split=d[f"{split}_split"], source=d["name"], limit=d[f"num_{split}_items"])
-        for split in ("train", "eval")
-    ]
+        env = get_environment(plan.environment, **options)
+        for rows in (data.train, data.eval):  # the transitions find a prompt's row here
+            env.rows.add(rows)
+        env.data_sources = dict(data.env.data_sources)
     processor = None
     if plan.reward_processor is not None:
         processor = RewardProcessors.compose([RewardProcessors.scale(plan.reward_processor["scale_factor"]),
                                               RewardProcessors.shift(plan.reward_processor["shift"])])
     rows = EvalRows(os.path.join(plan.run_dir, ROWS_FILE), env.reward_details)
-    parts = TrainerParts(env, entities, tokenizer, datasets[0], datasets[1] if len(datasets[1]) else None, processor,
+    parts = TrainerParts(env, entities, tokenizer, data.train, data.eval if len(data.eval) else None, processor,
                          wandb_config_for(plan, log), rows)
     trainer = plan.algorithm.trainer_class()(**plan.algorithm.trainer_kwargs(plan, parts))
     rows.bind(trainer)
     return trainer, env
 
 
-def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
-    """Build, train, save the agents and draw the reward curve; returns the trainer."""
+def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print, data: Optional[RunData] = None):
+    """Build, train, save the agents and draw the reward curve; returns the trainer. A run that fails
+    before its first logged step removes the files it wrote, so that the corrected command is not
+    refused as "already holds a run"."""
     from comlrl.cli.plot import plot_reward_curve
 
     from comlrl.config.plan import without_secrets
 
     main_process = is_main_process()
+    data = data if data is not None else load_data(plan, log)
+    written = []
     if not main_process:
         log = _silent
     else:
         os.makedirs(plan.run_dir, exist_ok=True)
-        for name, content in (("config.yaml", without_secrets(plan.merged)), ("resolved_config.yaml", plan.to_dict())):
+        written = [name for name in (*RUN_FILES, TENSORBOARD_DIR) if not os.path.exists(os.path.join(plan.run_dir, name))]
+        resolved = {**plan.to_dict(), "data": data.record()}
+        for name, content in (("config.yaml", without_secrets(plan.merged)), ("resolved_config.yaml", resolved)):
             with open(os.path.join(plan.run_dir, name), "w", encoding="utf-8") as handle:
                 yaml.safe_dump(content, handle, sort_keys=False, width=120)
     c = plan.config
     log(f"comlrl train: {plan.algorithm.name} on {plan.environment}, {plan.entities.num_agents} agents, "
         f"{c.num_train_epochs} epoch(s), {c.num_turns} turn(s); run directory {plan.run_dir}")
-    trainer, _env = build(plan, log)
-    ck = plan.checkpoint
-    try:
-        trainer.train(resume_from_checkpoint=ck["resume"], checkpoint_dir=ck["dir"], checkpoint_interval=ck["interval"],
-                      checkpoint_total_limit=ck["total_limit"], checkpoint_steps=ck["steps"])
-        if plan.output["save_final_model"]:
-            trainer.save_model(plan.output["save_path"], overwrite=overwrite)
-            log(f"comlrl train: agents saved in {plan.output['save_path']}")
-    finally:
-        trainer.close()
     metrics_path = os.path.join(plan.run_dir, "metrics.jsonl")
+    try:
+        trainer, _env = build(plan, log, data)
+        ck = plan.checkpoint
+        try:
+            trainer.train(resume_from_checkpoint=ck["resume"], checkpoint_dir=ck["dir"], checkpoint_interval=ck["interval"],
+                          checkpoint_total_limit=ck["total_limit"], checkpoint_steps=ck["steps"])
+            if plan.output["save_final_model"]:
+                trainer.save_model(plan.output["save_path"], overwrite=overwrite)
+                log(f"comlrl train: agents saved in {plan.output['save_path']}")
+        finally:
+            trainer.close()
+    except BaseException:
+        if main_process and not (os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0):
+            remove_new_run_files(plan.run_dir, written)
+        raise
     if main_process and os.path.exists(metrics_path):
         from comlrl.cli.plot import curve_series, read_metrics
 
@@ -255,6 +371,16 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print):
         else:  # e.g. a preference run whose candidates all tied: no update logged a reward
             log(f"comlrl train: no reward curve drawn: {metrics_path} holds no turn_k/reward_mean or eval rewards.")
     return trainer
+
+
+def remove_new_run_files(run_dir: str, names) -> None:
+    """Remove the run files ``names`` this run created (nothing was trained into them)."""
+    for name in names:
+        target = os.path.join(run_dir, name)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        elif os.path.exists(target):
+            os.remove(target)
 
 
 def _silent(_message: str) -> None:

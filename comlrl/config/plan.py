@@ -47,7 +47,7 @@ FIXED_SECTIONS = {
     "checkpoint": {"dir": "str?", "interval": "int", "steps": "int?", "total_limit": "int?", "resume": "any"},
 }
 DATASET_KEYS = {"name": "str?", "type": "str?", "train_split": "str?", "eval_split": "str?", "offline": "bool?",
-                "num_train_items": "int?", "num_eval_items": "int?"}
+                "num_train_items": "int?", "num_eval_items": "int?", "allow_sample_fallback": "bool?"}
 ENV_SECTIONS = ("external", "prompt", "task", "reward", "sandbox")
 TOP_LEVEL = {"agents", "critics", "dataset", "seed", "algorithm", "environment", *FIXED_SECTIONS, *ENV_SECTIONS}
 SAMPLING_KEYS = ("temperature", "top_p", "top_k")
@@ -261,6 +261,8 @@ def _dataset(data: Mapping[str, Any], raws: Mapping[str, str]) -> Dict[str, Any]
     return {
         "name": checked.get("name"), "train_split": checked.get("train_split"), "eval_split": checked.get("eval_split"),
         "offline": checked.get("offline"), "num_train_items": checked.get("num_train_items"), "num_eval_items": checked.get("num_eval_items"),
+        # offline: null loads the real data or fails; the bundled sample replaces it only when asked for
+        "allow_sample_fallback": bool(checked.get("allow_sample_fallback")),
     }
 
 
@@ -421,6 +423,9 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
     options = environment_options(environment, {**data, "seed": seed}, raws)
     section_values = data.get(section) or {}
     run_dir = output_dir or (section_values.get("output_dir") if isinstance(section_values, Mapping) else None) or fixed["output"].get("base_dir") or f"runs/{chosen.name}_{environment}"
+    from comlrl.models.saving import check_folder_path
+
+    check_folder_path(run_dir, "The run directory (--output-dir / output.base_dir)")
     config = _trainer_config(chosen, section, data, fixed, run_dir, raws)
     spec = environment_spec(environment)
     entities = _entities(chosen, section, data, fixed, config, env_agents=spec.agent_counts, env=environment)
@@ -434,6 +439,9 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
     if save_path is None or save_path == fixed["output"].get("base_dir"):
         save_path = config.output_dir  # the agents follow the run directory (also when --output-dir moves it)
     output = {"dir": config.output_dir, "save_final_model": fixed["output"].get("save_final_model", True), "save_path": save_path}
+    wandb = _wandb(fixed, data, section, environment)
+    if wandb is not None and not wandb.get("dir"):
+        wandb["dir"] = config.output_dir  # W&B's files (offline runs too) go under the run folder, not ./wandb
     processor = fixed["reward_processor"]
     reward_processor = None
     if processor.get("enabled", False):
@@ -441,9 +449,21 @@ def resolve(data: Mapping[str, Any], overrides: Sequence[Override] = (), *, sour
     return RunPlan(
         algorithm=chosen, config=config, environment=environment, environment_options=options, entities=entities,
         model_config=_model_config(fixed, trains_critics(chosen, config)), dataset=_dataset(data, raws), output=output,
-        reward_processor=reward_processor, wandb=_wandb(fixed, data, section, environment),
-        checkpoint=_checkpoint(fixed["checkpoint"]), seed=seed, source=source, merged=_plain({**data, "seed": seed}),
+        reward_processor=reward_processor, wandb=wandb,
+        checkpoint=_checkpoint(fixed["checkpoint"]), seed=seed, source=source, merged=_repeatable(data, seed, section, output_dir),
     )
+
+
+def _repeatable(data: Mapping[str, Any], seed: int, section: str, output_dir: Optional[str]) -> Dict[str, Any]:
+    """The config after the overrides with the drawn seed and, when ``--output-dir`` moved the run, that
+    directory as ``output.base_dir`` (and the section's ``output_dir``): ``--config RUN/config.yaml``
+    repeats the run in the same place."""
+    merged = _plain({**data, "seed": seed})
+    if output_dir:
+        merged["output"] = {**(merged.get("output") or {}), "base_dir": output_dir}
+        if isinstance(merged.get(section), Mapping) and merged[section].get("output_dir"):
+            merged[section] = {**merged[section], "output_dir": output_dir}
+    return merged
 
 
 def plan_from_args(config: str, overrides: Sequence[str] = (), *, algorithm: Optional[str] = None, output_dir: Optional[str] = None) -> RunPlan:

@@ -96,6 +96,7 @@ class Environment:
         self.options = options
         self.rows = rows if rows is not None else RowIndex(name)
         self._loader = loader
+        self.data_sources: Dict[str, Dict[str, Any]] = {}  # split -> where load_dataset's rows came from
 
     def load_dataset(
         self,
@@ -105,23 +106,43 @@ class Environment:
         hf_split: Optional[str] = None,
         source: Optional[str] = None,
         limit: Optional[int] = None,
+        allow_sample_fallback: bool = False,
     ):
         """The ``split`` ("train" or "eval") rows as a ``datasets.Dataset``.
 
-        ``offline=True``: the small sample bundled with comlrl; ``False``: the real dataset (the Hugging
-        Face hub, or ``$COMLRL_DATASETS_DIR``) with the original configs' split slice (``hf_split``
-        overrides it, ``source`` overrides the dataset name or path); ``None``: the real dataset when
-        it can be loaded, else the sample with a one-line notice. ``limit`` keeps the first rows.
+        ``offline=True``: the small sample bundled with comlrl (``hf_split``, when it is not the
+        original configs' slice, selects its rows: ``"[:2]"``); ``False`` or ``None``: the real dataset
+        (the Hugging Face hub, or ``$COMLRL_DATASETS_DIR``) with the original configs' split slice
+        (``hf_split`` overrides it, ``source`` overrides the dataset name or path), an error when it
+        cannot be loaded. ``allow_sample_fallback=True`` (with ``offline=None``) uses the sample
+        instead of failing, with a one-line notice. ``limit`` keeps the first rows. An empty training
+        split is refused. Where the rows came from is in ``env.data_sources[split]`` (and on the
+        dataset, ``comlrl_source``), which the run record keeps.
         """
+        from comlrl.envs.sources import SOURCE_ATTRIBUTE, with_source
+
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}.")
         if offline not in (None, True, False):
             raise ValueError(f"offline must be True, False or None, got {offline!r}.")
+        if not isinstance(allow_sample_fallback, bool):
+            raise ValueError(f"allow_sample_fallback must be True or False, got {allow_sample_fallback!r}.")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise ValueError(f"limit must be a positive integer or None, got {limit!r}.")
-        dataset = self._loader(split=split, offline=offline, hf_split=hf_split, source=source)
+        asked = None if offline is None and allow_sample_fallback else (False if offline is None else offline)
+        dataset = self._loader(split=split, offline=asked, hf_split=hf_split, source=source)
+        record = dict(getattr(dataset, SOURCE_ATTRIBUTE, None) or {"source": f"bundled ({self.name})", "split": hf_split})
         if limit is not None and len(dataset) > limit:
             dataset = dataset.select(range(limit))
+            record["limit"] = limit
+        dataset = with_source(dataset, record)
+        if split == "train" and len(dataset) == 0:
+            where = f"split {record.get('split')!r} of " if record.get("split") else ""
+            raise ValueError(
+                f"The {self.name} training data is empty: {where}{record['source']} has no rows. Choose a split with "
+                f"rows (dataset.train_split, e.g. '[:2]'), or another dataset."
+            )
+        self.data_sources[split] = getattr(dataset, SOURCE_ATTRIBUTE)
         return dataset
 
     def __repr__(self) -> str:

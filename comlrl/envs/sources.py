@@ -1,6 +1,8 @@
 """Loading an environment's rows: the bundled sample, or the real dataset with the original slices.
 
-Sources, in the order ``offline=None`` tries them:
+Sources, in the order ``offline=None`` tries them (``Environment.load_dataset`` passes ``None`` only
+when the caller allowed the fallback, ``allow_sample_fallback=True``; otherwise it asks for the real
+rows only, so that a run never trains on other rows than it asked for):
 
 1. the real dataset: ``datasets.load_dataset(name, split=slice)`` where ``name`` is the Hugging Face
    id of the task (``trl-lib/tldr``, ...) or, when ``$COMLRL_DATASETS_DIR/<id>`` exists, that local
@@ -9,7 +11,10 @@ Sources, in the order ``offline=None`` tries them:
 2. the sample bundled in ``comlrl/envs/data/<file>.json`` (``{"train": [...], "eval": [...]}``,
    rows in the real schema), with a one-line notice saying why.
 
-``offline=True`` goes straight to 2, ``offline=False`` only tries 1.
+``offline=True`` goes straight to 2, ``offline=False`` only tries 1. A split expression given for
+the sample (``hf_split``) other than the original configs' own is applied to the sample's rows
+(``train[:2]`` or ``[:2]`` keeps its first two), or refused when it is not a ``[start:stop]`` slice.
+Every returned dataset carries ``comlrl_source`` (where its rows came from, which split, how many).
 """
 
 from __future__ import annotations
@@ -72,6 +77,23 @@ def check_fields(rows: Any, fields: Sequence[str], where: str) -> None:
         raise ValueError(f"{where} has no field(s) {missing}; the environment needs {list(fields)}.")
 
 
+SOURCE_ATTRIBUTE = "comlrl_source"
+_NOTICES: set = set()
+
+
+def notice_once(message: str) -> None:
+    """Print ``message`` to stderr the first time this process sees it (train and eval fall back together)."""
+    if message not in _NOTICES:
+        _NOTICES.add(message)
+        print(message, file=sys.stderr)
+
+
+def with_source(dataset: Any, source: Dict[str, Any]) -> Any:
+    """``dataset`` with ``comlrl_source`` set (``source`` plus the row count)."""
+    setattr(dataset, SOURCE_ATTRIBUTE, {**source, "rows": len(dataset)})
+    return dataset
+
+
 def load_rows(
     source: DatasetSource,
     *,
@@ -81,13 +103,15 @@ def load_rows(
     hf_split: Optional[str] = None,
     name: Optional[str] = None,
     prepare: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
-    notice: Callable[[str], None] = lambda message: print(message, file=sys.stderr),
+    notice: Optional[Callable[[str], None]] = None,
 ):
     """A ``datasets.Dataset`` of the environment's ``split`` rows (see the module docstring)."""
     from datasets import Dataset
 
-    expression = hf_split or (source.train_split if split == "train" else source.eval_split)
+    default = source.train_split if split == "train" else source.eval_split
+    expression = hf_split or default
     real_name = name or source.hf_name
+    reason = None
     if offline is not True:
         try:
             rows = load_real(real_name, expression)
@@ -95,21 +119,47 @@ def load_rows(
             if offline is False:
                 raise ValueError(
                     f"Could not load the {env} dataset {real_name!r} split {expression!r}: {type(error).__name__}: "
-                    f"{error}. Use offline=True (dataset.offline=true) for the bundled sample, or point "
-                    f"${DATASETS_DIR_ENV} at a local copy."
+                    f"{error}. Use offline=True (dataset.offline=true, `comlrl train --offline`) for the bundled "
+                    f"sample, allow_sample_fallback=True (dataset.allow_sample_fallback=true) to fall back to it "
+                    f"when the real data cannot be loaded, or point ${DATASETS_DIR_ENV} at a local copy."
                 ) from error
-            notice(
-                f"comlrl: {env}: using the bundled {split} sample ({real_name} {expression} not loadable: "
-                f"{type(error).__name__})."
-            )
+            reason = f"{real_name} {expression} not loadable: {type(error).__name__}"
+            (notice or notice_once)(f"comlrl: {env}: using the bundled sample instead of {real_name} (allow_sample_fallback; "
+                                    f"{type(error).__name__}: the real data could not be loaded).")
         else:
             check_fields(rows, source.fields, f"The {env} dataset {real_name!r}")
-            return rows.map(prepare) if prepare is not None else rows
+            rows = rows.map(prepare) if prepare is not None else rows
+            where = local_dataset_dir(real_name) or real_name
+            return with_source(rows, {"source": where, "split": expression, "sample_fallback": False})
     rows = sample_rows(source.sample, split)
+    sample_split = None
+    if hf_split is not None and hf_split != default:
+        sample_split = sample_slice(hf_split, env=env, split=split, count=len(rows))
+        rows = slice_rows(rows, sample_split)
     if prepare is not None:
         rows = [prepare(row) for row in rows]
     check_fields(rows, source.fields, f"The bundled {env} sample")
-    return Dataset.from_list(rows)
+    record = {"source": f"bundled sample ({source.sample})", "split": sample_split, "sample_fallback": reason is not None}
+    if reason is not None:
+        record["fallback_reason"] = reason
+    return with_source(Dataset.from_list(rows), record)
+
+
+def sample_slice(expression: str, *, env: str, split: str, count: int) -> str:
+    """The ``[start:stop]`` part of a split expression (``train[:2]`` -> ``[:2]``), applied to the
+    bundled sample of ``count`` rows; anything else is refused."""
+    text = str(expression).strip()
+    key = f"dataset.{split}_split"
+    bracket = text[text.find("["):] if "[" in text else ""
+    if not bracket:
+        return ""  # a whole split ("train"): every row of the sample
+    if "%" in bracket or bracket.count(":") != 1 or not bracket.endswith("]"):
+        raise ValueError(
+            f"{key}={expression!r} cannot be applied to the bundled {env} sample ({count} rows): offline, a split must "
+            f"be a '[start:stop]' row slice such as '[:2]' (or 'train[:2]'); percentages and several slices are not "
+            f"supported there."
+        )
+    return bracket
 
 
 def slice_rows(rows: Sequence[Mapping[str, Any]], expression: Optional[str]) -> List[Mapping[str, Any]]:

@@ -67,6 +67,21 @@ def make_temp_file(parent: str, prefix: str, suffix: str = "") -> str:
     return path
 
 
+def check_folder_path(path: str, what: str) -> None:
+    """Refuse (ValueError, before anything is written) a folder path that is a file or lies under one:
+    ``what`` names the argument in the message (``"output_dir"``, ``"save_model(path)"``, ...)."""
+    path = os.fspath(path)
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if not os.path.isdir(probe):
+        where = "is a file" if probe == os.path.abspath(path) else f"lies under the file {probe!r}"
+        raise ValueError(f"{what} {path!r} {where}; a folder is needed there. Choose another path (or move the file away).")
+
+
 def _non_empty_dir(path: str) -> bool:
     return os.path.isdir(path) and bool(os.listdir(path))
 

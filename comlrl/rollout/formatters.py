@@ -21,10 +21,23 @@ def default_formatter(item: Mapping[str, Any], external_prompts: Optional[str] =
     return item.get("prompt", "") if isinstance(item, Mapping) else ""
 
 
+def check_not_empty(dataset: Any, name: str) -> None:
+    """Refuse a dataset with a length of 0 (an iterable one without a length is not checked)."""
+    try:
+        empty = dataset is not None and len(dataset) == 0
+    except TypeError:
+        return
+    if empty:
+        raise ValueError(f"{name} has no rows, so there is nothing to train on (was every row filtered out?). Give a dataset "
+                         f"with at least one row.")
+
+
 def check_prompt_rows(datasets: Mapping[str, Any], formatters: Any) -> None:
     """Without formatters every prompt is the row's ``"prompt"``: refuse a dataset whose first row has
     none (or an empty one), naming the fields it has and the fix. Only indexable datasets and
-    iterable ones that declare their columns are checked; nothing is consumed."""
+    iterable ones that declare their columns are checked; nothing is consumed. An empty training
+    dataset (no rows, e.g. everything filtered out) is refused whatever the formatters."""
+    check_not_empty(datasets.get("train_dataset"), "train_dataset")
     if formatters is not None:
         return
     for name, dataset in datasets.items():

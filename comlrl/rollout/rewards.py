@@ -6,12 +6,13 @@ and returns one number per joint response. How the lists are passed is read from
 
 - ``f(completions_0, ..., completions_{N-1}, ...)``: one positional list per agent (the default);
 - ``f(prompts, completions_0, ...)``: when the first positional parameter is named ``prompts``;
-- ``f(completions)`` with one required positional parameter and N > 1 agents: the list of lists;
 - ``*args``: one list per agent.
 
-``batch_items=`` and ``prompts=`` are passed as keywords when the function names them (or takes
-``**kwargs``). Functions without an inspectable signature are tried as ``f(*lists, batch_items=...)``,
-``f(*lists)``, then ``f(lists)``.
+A function that cannot take one positional list per agent (``f(completions)`` for two agents, say)
+is refused when the trainer is built, before any model loads, with the signature it needs; it is
+never called with another shape in the hope that the counts work out. ``batch_items=`` and
+``prompts=`` are passed as keywords when the function names them (or takes ``**kwargs``). Functions
+without an inspectable signature are called as ``f(*lists, batch_items=...)``, then ``f(*lists)``.
 """
 
 from __future__ import annotations
@@ -33,35 +34,35 @@ def _describe(func: Callable) -> str:
 @dataclass(frozen=True)
 class _CallPlan:
     prompts_positional: bool
-    list_of_lists: bool
     pass_batch_items: bool
     pass_prompts: bool
 
 
-def _plan_call(signature: inspect.Signature, num_agents: int) -> List[_CallPlan]:
-    """Candidate ways to call a function with this signature, most natural first."""
+def _plan_call(signature: inspect.Signature) -> List[_CallPlan]:
+    """Candidate ways to call a function with this signature, most natural first (whether it binds the
+    lists of N agents is checked by binding them: ``RewardFunction._choose_plan``)."""
     params = list(signature.parameters.values())
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-    var_pos = any(p.kind is p.VAR_POSITIONAL for p in params)
     names = {p.name for p in params}
     takes_items = "batch_items" in names or var_kw
     takes_prompts = "prompts" in names or var_kw
-    required = [p for p in positional if p.default is p.empty and p.name not in ("batch_items", "prompts")]
     prompts_first = bool(positional) and positional[0].name == "prompts"
     plans = []
     if prompts_first:
-        plans.append(_CallPlan(True, False, takes_items, False))
-    if num_agents > 1 and len(required) == 1 and not var_pos and not prompts_first:
-        plans.append(_CallPlan(False, True, takes_items, takes_prompts))
-    plans.append(_CallPlan(False, False, takes_items, takes_prompts))
-    plans.append(_CallPlan(False, True, takes_items, takes_prompts))
+        plans.append(_CallPlan(True, takes_items, False))
+    plans.append(_CallPlan(False, takes_items, takes_prompts))
     return plans
+
+
+def needed_signature(num_agents: int) -> str:
+    """The reward signature for ``num_agents`` agents, e.g. ``f(completions_0, completions_1, batch_items=None)``."""
+    return "f(" + ", ".join(f"completions_{i}" for i in range(num_agents)) + ", batch_items=None)"
 
 
 def _arguments(plan: _CallPlan, lists, prompts, batch_items):
     args: list = [prompts] if plan.prompts_positional else []
-    args.extend([lists] if plan.list_of_lists else lists)
+    args.extend(lists)
     kwargs = {}
     if plan.pass_batch_items and batch_items is not None:
         kwargs["batch_items"] = batch_items
@@ -113,6 +114,14 @@ def normalize_reward_output(result: Any, func: Callable) -> List[float]:
     return [_to_float(v, func, i) for i, v in enumerate(values)]
 
 
+def _values(count: int) -> str:
+    return f"{count} value" + ("" if count == 1 else "s")
+
+
+def _responses(count: int) -> str:
+    return f"{count} joint response" + ("" if count == 1 else "s")
+
+
 class RewardFunction:
     """The user's reward function bound to the calling convention, with a reward processor."""
 
@@ -131,24 +140,10 @@ class RewardFunction:
             self._signature: Optional[inspect.Signature] = inspect.signature(func)
         except (TypeError, ValueError):
             self._signature = None
-        self._plans = _plan_call(self._signature, num_agents) if self._signature is not None else None
+        self._plans = _plan_call(self._signature) if self._signature is not None else None
         self._plan: Optional[_CallPlan] = None
         if self._signature is not None:  # refuse an incompatible signature before any model loads
             self._plan = self._choose_plan([[""] for _ in range(num_agents)], [""] * num_agents, [{}])
-
-    def signature_hint(self) -> str:
-        """When the function takes one argument for several agents, how it is called and how to define
-        it instead (appended to count errors, which are then about its signature); else ""."""
-        if self._plan is None or not self._plan.list_of_lists or self.num_agents < 2:
-            return ""
-        n = self.num_agents
-        return (
-            f" Its signature {self._signature} has one positional parameter for {n} agents, so it is called with "
-            f"a single argument: the list of the {n} agents' completion lists (completions[i][j] is agent i's "
-            f"part of joint response j). Define it with one parameter per agent, "
-            f"f(completions_0, ..., completions_{n - 1}, batch_items=None), each a list of strings, or read "
-            f"completions[i][j] and return one number per j."
-        )
 
     # ------------------------------------------------------------------ raw calls
     def call_raw(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], batch_items: Optional[Sequence[Any]]) -> List[float]:
@@ -175,15 +170,16 @@ class RewardFunction:
             return plan
         raise ValueError(
             f"reward_func {_describe(self.func)!r} with signature {self._signature} cannot take the completions "
-            f"of {self.num_agents} agent(s). Define it as f(completions_0, ..., completions_{self.num_agents - 1}, "
-            f"batch_items=None) with one list of strings per agent, returning one float per joint response."
+            f"of {self.num_agents} agent(s): it is called with one positional list of strings per agent. Define it "
+            f"as {needed_signature(self.num_agents)}, returning one float per joint response (entry j of every "
+            f"list is joint response j)."
         )
 
     def _call_blind(self, lists, batch_items):
         attempts = []
         if batch_items is not None:
             attempts.append(lambda: self.func(*lists, batch_items=batch_items))
-        attempts += [lambda: self.func(*lists), lambda: self.func(lists)]
+        attempts.append(lambda: self.func(*lists))
         first_error: Optional[TypeError] = None
         for attempt in attempts:
             try:
@@ -208,14 +204,15 @@ class RewardFunction:
             raise ValueError(f"expected completions of {self.num_agents} agents, got {len(lists)}.")
         count = len(lists[0])
         items = [item]
+        first: Optional[str] = None  # what the batched call returned, when it turned out to score one response per call
         if not self.per_response:
             values = self.call_raw(lists, prompts, items)
             if len(values) == count:
                 return values
             if len(values) != 1 or count == 1:
                 raise ValueError(
-                    f"reward_func {_describe(self.func)!r} returned {len(values)} values for {count} joint "
-                    f"responses; it must return exactly one number per joint response.{self.signature_hint()}"
+                    f"reward_func {_describe(self.func)!r} returned {_values(len(values))} for {_responses(count)}; "
+                    f"it must return exactly one number per joint response (entry j of every agent's list)."
                 )
             warnings.warn(
                 f"reward_func {_describe(self.func)!r} returned one value for {count} joint responses; it is "
@@ -224,12 +221,15 @@ class RewardFunction:
                 stacklevel=2,
             )
             self.per_response = True
+            first = f"called with {_responses(count)} it returned 1 value, "
         values = []
         for j in range(count):
             single = self.call_raw([[agent_list[j]] for agent_list in lists], prompts, items)
             if len(single) != 1:
                 raise ValueError(
-                    f"reward_func {_describe(self.func)!r} returned {len(single)} values for 1 joint response."
+                    f"reward_func {_describe(self.func)!r} does not return one number per joint response: "
+                    f"{first or ''}called with 1 joint response it returned {_values(len(single))}. Return a list "
+                    f"with one float per entry of the completion lists."
                 )
             values.extend(single)
         return values

@@ -1,10 +1,13 @@
 """What a run writes beside its ``metrics.jsonl``: its resolved config and a short summary.
 
-- ``run_config.json`` at ``train()`` start: the trainer and config class, every config field (after
+- ``run_config.json`` at ``train()`` start: the trainer and config class, the seed (torch's initial
+  seed: what ``torch.manual_seed`` set, ``comlrl train``'s ``seed``), the models and their sources, the
+  training and evaluation data (row counts, and where an environment's rows came from), every config field (after
   validation, so defaults and derived values are explicit) and the W&B settings, with the value of
   every key that names a credential replaced by ``"***"`` and the credentials in URLs and header
   values masked (``comlrl.telemetry.redaction``).
-- ``run_summary.json`` when ``train()`` returns or fails: status, library versions, each model and
+- ``run_summary.json`` when ``train()`` returns, fails or is stopped by SIGTERM / SIGINT (status
+  ``completed``, ``failed`` or ``interrupted``, with the signal and the final checkpoint), library versions, each model and
   where it came from, the wall time of this ``train()`` call, progress, and the latest value of
   every logged metric.
 
@@ -21,7 +24,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
-from comlrl.checkpoint.state import jsonable
+from comlrl.checkpoint.interrupt import signal_of
+from comlrl.checkpoint.state import dataset_info, jsonable
 from comlrl.telemetry.redaction import redact_secrets, redact_text
 
 CONFIG_FILE = "run_config.json"
@@ -79,6 +83,14 @@ def describe_model(name: str, model: Any, source: Any) -> Dict[str, Any]:
     }
 
 
+def describe_data(dataset: Any) -> Optional[Dict[str, Any]]:
+    """Rows of a dataset (None without a length) and, for an environment's, where they came from."""
+    info = dataset_info(dataset)
+    if info is None:
+        return None
+    return {"rows": info["length"], **(getattr(dataset, "comlrl_source", None) or {})}
+
+
 def latest_metrics(rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """The last logged value of every metric key (training, evaluation and epoch means)."""
     latest: Dict[str, Any] = {}
@@ -97,13 +109,17 @@ class RunRecord:
         self._started: Optional[float] = None
         self._started_at: Optional[str] = None
 
-    def start(self, *, trainer: str, config: Any, wandb_config: Optional[Mapping[str, Any]]) -> None:
+    def start(self, *, trainer: str, config: Any, wandb_config: Optional[Mapping[str, Any]], seed: Optional[int] = None,
+              models: Sequence[Mapping[str, Any]] = (), data: Optional[Mapping[str, Any]] = None) -> None:
         self._started = time.perf_counter()
         self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         fields = {name: getattr(config, name) for name in config.field_names()}
         record = {
             "trainer": trainer,
             "config_class": type(config).__name__,
+            "seed": seed,
+            "models": [dict(m) for m in models],
+            "data": jsonable(dict(data)) if data is not None else None,
             "config": jsonable(redact(fields)),
             "wandb_config": jsonable(redact(dict(wandb_config))) if wandb_config is not None else None,
         }
@@ -118,9 +134,12 @@ class RunRecord:
         history: Sequence[Mapping[str, Any]],
     ) -> None:
         wall = time.perf_counter() - self._started if self._started is not None else None
+        stopped_by = signal_of(error) if error is not None else None
         summary = {
-            "status": "completed" if error is None else "failed",
+            "status": "completed" if error is None else "interrupted" if stopped_by else "failed",
             "error": redact_text(f"{type(error).__name__}: {error}") if error is not None else None,
+            "signal": stopped_by,
+            "final_checkpoint": getattr(error, "checkpoint", None),
             "versions": library_versions(),
             "models": models,
             "started_at": self._started_at,

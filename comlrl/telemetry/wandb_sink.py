@@ -62,6 +62,49 @@ def wandb_init_kwargs(wandb_config: Mapping[str, Any], run_config: Dict[str, Any
     return kwargs
 
 
+WANDB_MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
+def wandb_logged_in() -> bool:
+    """``WANDB_API_KEY`` is set, or ``wandb login``'s netrc entry exists (only its presence is read:
+    the key never enters a message, a log or a file)."""
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def check_wandb_ready(wandb_config: Optional[Mapping[str, Any]], *, project_key: str = "wandb_config['project']",
+                      mode_setting: str = "wandb_config['mode']={!r}") -> None:
+    """Before any model loads: an online W&B run needs a login (one line naming the fixes); the mode
+    must be one of W&B's. Nothing to check without a config, without the package (the sink then says
+    so) or with a run already active (it is adopted). ``project_key`` and ``mode_setting`` (a format
+    string of the mode) name the settings as the caller's user writes them."""
+    import importlib.util
+    import sys
+
+    if wandb_config is None or importlib.util.find_spec("wandb") is None:
+        return
+    mode = str(wandb_config.get("mode") or os.environ.get("WANDB_MODE") or "online").strip().lower()
+    if mode not in WANDB_MODES:
+        raise ValueError(f"{mode_setting.format(mode)} is not a W&B mode; use online, offline or disabled.")
+    active = sys.modules.get("wandb")
+    if mode in ("offline", "disabled", "dryrun") or wandb_logged_in() or getattr(active, "run", None) is not None:
+        return
+    raise ValueError(
+        f"{project_key}={wandb_config.get('project')!r} logs to W&B online, but this machine has no W&B login: run "
+        f"`wandb login` (or set WANDB_API_KEY), or set {mode_setting.format('offline')} (the run's files go under the run "
+        f"folder) or {mode_setting.format('disabled')}."
+    )
+
+
 class WandbSink:
     """Logs rows to a W&B run this trainer opened (or adopts the active one)."""
 

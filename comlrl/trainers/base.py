@@ -18,10 +18,11 @@ import torch.nn as nn
 from comlrl.models.loading import LoadOptions
 from comlrl.models.lora import BaseReference, LoraBases, export_view
 from comlrl.models.precision import Precision, resolve_precision
-from comlrl.models.saving import check_target_free, save_pretrained_dir
+from comlrl.models.saving import check_folder_path, check_target_free, save_pretrained_dir
 from comlrl.rollout.generation import GENERATION_KEY_FIELDS, RESERVED_GENERATION_KEYS, SamplingParams, refused_generation_keys
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import TreeRollout
+from comlrl.checkpoint.interrupt import Interruptible
 from comlrl.checkpoint.store import CheckpointSchedule
 from comlrl.trainers.checkpoint_contents import TrainerCheckpoints
 from comlrl.trainers.datasets import dataset_length, is_map_dataset  # noqa: F401  (also imported from here)
@@ -33,7 +34,7 @@ from comlrl.parallel.fsdp import Sharding, full_model_state, is_sharded, is_shar
 from comlrl.trainers.optim import AgentOptimizer
 from comlrl.telemetry.metrics import JsonlSink, MemorySink, MetricsLogger
 from comlrl.telemetry.progress import ProgressBar, StepTimer, library_bars, remaining_steps
-from comlrl.telemetry.run_record import RunRecord, describe_model
+from comlrl.telemetry.run_record import RunRecord, describe_data, describe_model
 from comlrl.telemetry.signal import ZeroSignalMonitor, signal_metrics
 from comlrl.telemetry.tensorboard_sink import TensorBoardSink
 from comlrl.telemetry.wandb_sink import WandbSink, verbose_from_wandb_config
@@ -146,7 +147,10 @@ class TrainerBase(TrainerCheckpoints):
 
     def _start_wandb(self) -> None:
         if self._wandb is None:
-            self._wandb = WandbSink(self.wandb_config, dict(self._run_config))
+            settings = dict(self.wandb_config)
+            if not settings.get("dir") and self.args.output_dir:
+                settings["dir"] = self.args.output_dir  # W&B's files go under the run folder, not ./wandb
+            self._wandb = WandbSink(settings, dict(self._run_config))
             self.metrics.sinks.append(self._wandb)
 
     @property
@@ -292,11 +296,17 @@ class TrainerBase(TrainerCheckpoints):
         self._checkpoint_begin(resume_from_checkpoint, schedule)
         self.metrics.claim()  # a resumed run has claimed its log in the restore; a new one must not mix
         if self._run_record is not None:
-            self._run_record.start(trainer=type(self).__name__, config=self.args, wandb_config=self.wandb_config)
+            self._run_record.start(
+                trainer=type(self).__name__, config=self.args, wandb_config=self.wandb_config, seed=torch.initial_seed(),
+                models=[{"role": role, "source": describe_model(role, model, source)["source"]} for role, model, source in self._run_models()],
+                data={"train": describe_data(self.train_dataset), "eval": describe_data(self.eval_dataset)},
+            )
         self._training_active = True
         error: Optional[BaseException] = None
+        self._interrupt = Interruptible(defer_sigterm=schedule.directory is not None)
         try:
-            self._run_epochs()
+            with self._interrupt:
+                self._run_epochs()
         except BaseException as exc:
             error = exc
             self._training_failure = f"epoch {self.state.epoch + 1}, item {self.state.position} (global step {self.state.global_step})"
@@ -304,6 +314,7 @@ class TrainerBase(TrainerCheckpoints):
         finally:
             self._training_active = False
             self._checkpoint_schedule = None
+            self._interrupt = None
             self._finish_run_record(error)
         self._training_failure = None
 
@@ -485,9 +496,11 @@ class TrainerBase(TrainerCheckpoints):
         if transition is not None and not callable(transition):
             raise ValueError(f"external_transition must be callable, got {type(transition).__name__}.")
         if args.num_turns > 1 and transition is None:
+            default = "" if args.is_explicit("num_turns") else f"; num_turns defaults to {args.num_turns}, as in CoMLRL 1.4.3"
             raise ValueError(
-                f"Multi-turn {family} requires an external_transition (num_turns={args.num_turns}): give a function "
-                f"that returns the next turn's prompts, or set num_turns=1."
+                f"Multi-turn {family} requires an external_transition (num_turns={args.num_turns}{default}): for single-turn "
+                f"training set num_turns=1 in {type(args).__name__}(...), or give external_transition=f returning the next "
+                f"turn's prompt of every agent."
             )
 
     def _sampling(self, *, greedy: bool = False) -> SamplingParams:
@@ -555,6 +568,7 @@ class TrainerBase(TrainerCheckpoints):
         it continues training), or with ``merge_adapters=True`` the merged full model. Existing
         non-empty folders are refused unless ``overwrite=True``. A W&B run stays open.
         """
+        check_folder_path(output_dir, "save_model(output_dir)")
         exported = [self._export_model(model) for model in self.agents]
         states = [full_model_state(model) if is_sharded(model) else None for model in exported]  # collective
         models = [export_view(model, merge_adapters) for model in exported]

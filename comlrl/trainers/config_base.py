@@ -13,6 +13,7 @@ import difflib
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
 
+from comlrl.models.saving import check_folder_path
 from comlrl.models.precision import normalize_precision
 from comlrl.trainers.field_docs import document_class
 from comlrl.parallel.devices import normalize_parallel_training as parallel_mode
@@ -255,6 +256,8 @@ class CommonTrainingFields(ConfigBase):
             )
         if self.output_dir is not None and not isinstance(self.output_dir, str):
             raise ValueError(f"output_dir must be a path string or None. Got {self.output_dir!r}.")
+        if self.output_dir:
+            check_folder_path(self.output_dir, "output_dir")
         if not isinstance(self.overwrite_output_dir, bool):
             raise ValueError(f"overwrite_output_dir must be True or False. Got {self.overwrite_output_dir!r}.")
         if self.tensorboard and not self.output_dir:

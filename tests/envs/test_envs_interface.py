@@ -100,9 +100,11 @@ def test_unreachable_real_dataset(tmp_path, monkeypatch, capsys):
     env = get_environment("tldr")
     with pytest.raises(ValueError, match="Could not load the tldr dataset 'trl-lib/tldr'.*offline=True"):
         env.load_dataset("train", offline=False)
-    sample = env.load_dataset("train", offline=None)
+    with pytest.raises(ValueError, match="allow_sample_fallback=True"):  # None: the real data, never silently the sample
+        env.load_dataset("train", offline=None)
+    sample = env.load_dataset("train", offline=None, allow_sample_fallback=True)
     notice = capsys.readouterr().err
-    assert notice.count("\n") == 1 and "using the bundled train sample" in notice
+    assert notice.count("\n") == 1 and "using the bundled sample instead of trl-lib/tldr" in notice
     assert sample["prompt"] == env.load_dataset("train", offline=True)["prompt"]
 
 

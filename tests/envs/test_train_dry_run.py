@@ -66,7 +66,7 @@ def test_magrpo_tldr_heterogeneous(capsys):
                 "temperature": 0.7, "top_p": 0.9, "top_k": None, "parallel_training": "none", "output_dir": "output_magrpo_tldr",
                 "advantage_mode": "mean", "verbose": True}
     assert {k: c[k] for k in expected} == expected
-    assert d["wandb"]["project"] == "hetero" and d["wandb"]["name"] == "magrpo_tldr_1.5_1.7" and d["wandb"]["entity"] == "OpenMLRL"
+    assert d["wandb"]["project"] == "hetero" and d["wandb"]["name"] == "magrpo_tldr_1.5_1.7" and "entity" not in d["wandb"]  # no upstream organisation by default
     assert d["dataset"]["train_split"] == "train[:1100]" and d["dataset"]["eval_split"] == "test[:1100]"
     assert d["reward_processor"] == {"scale_factor": 1.0, "shift": 0.0}
     assert d["model_config"] == {"torch_dtype": "auto"}

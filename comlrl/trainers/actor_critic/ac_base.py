@@ -27,6 +27,7 @@ from comlrl.models.entities import AgentPlan, check_plan_sources, load_agents
 from comlrl.models.sources import check_sources_exist
 from comlrl.models.loading import check_model_config, model_device
 from comlrl.models.lora import normalize_peft_configs
+from comlrl.models.saving import check_folder_path
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.tree import RolloutResult, TreeRollout
@@ -47,6 +48,7 @@ from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.parallel.fsdp import full_model_state, is_sharded
 from comlrl.telemetry.progress import library_bars
+from comlrl.telemetry.wandb_sink import check_wandb_ready
 from comlrl.trainers.optim import AgentOptimizer
 
 
@@ -111,6 +113,7 @@ class ActorCriticTrainerBase(TrainerBase):
         bind_task(self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset,
                   reward_func=reward_func, reward_processor=reward_processor, pass_none_external_prompts=True)
         self._join_data_parallel(args)
+        check_wandb_ready(wandb_config)  # a missing login is one line now, not a traceback after loading
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         critic_devices = self._resolve_critic_devices(count)
         reference_devices = self._reference_devices(self.agent_devices)
@@ -548,6 +551,7 @@ class ActorCriticTrainerBase(TrainerBase):
         (``load_state_dict(torch.load(path, weights_only=True))``). Existing files are refused unless
         ``overwrite=True``. A W&B run stays open.
         """
+        check_folder_path(output_dir, "save_model(output_dir)")
         entries = self._export_entries(output_dir)
         for entry in entries:  # collective: every rank gathers a sharded backbone
             entry.backbone_state = full_model_state(entry.model.model) if is_sharded(entry.model.model) else None

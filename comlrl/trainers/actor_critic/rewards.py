@@ -32,9 +32,8 @@ def _is_table(raw: Any) -> bool:
     )
 
 
-def agent_reward_table(raw: Any, num_agents: int, count: int, func: Any, hint: str = "") -> List[List[float]]:
-    """What a reward function returned for ``count`` joint responses, as ``[N][count]`` floats
-    (``hint`` is appended to a count error: ``RewardFunction.signature_hint``)."""
+def agent_reward_table(raw: Any, num_agents: int, count: int, func: Any) -> List[List[float]]:
+    """What a reward function returned for ``count`` joint responses, as ``[N][count]`` floats."""
     if _is_table(raw):
         rows = [normalize_reward_output(row, func) for row in (raw.tolist() if hasattr(raw, "tolist") else raw)]
         if len(rows) != num_agents or any(len(row) != count for row in rows):
@@ -54,7 +53,7 @@ def agent_reward_table(raw: Any, num_agents: int, count: int, func: Any, hint: s
     raise ValueError(
         f"Reward function must return 1 value, num_generations values, or num_agents values: got {len(values)} "
         f"values for {count} joint responses of {num_agents} agents. For per-agent rewards of every joint "
-        f"response return a {num_agents} x {count} table.{hint}"
+        f"response return a {num_agents} x {count} table."
     )
 
 
@@ -68,6 +67,6 @@ class AgentRewards:
     def score(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], item: Any) -> torch.Tensor:
         count = len(lists[0])
         raw = self.reward.call(lists, prompts, [item])
-        table = agent_reward_table(raw, self.num_agents, count, self.reward.func, self.reward.signature_hint())
+        table = agent_reward_table(raw, self.num_agents, count, self.reward.func)
         flat = self.reward.process([value for row in table for value in row])
         return torch.tensor(flat, dtype=torch.float32).reshape(self.num_agents, count)

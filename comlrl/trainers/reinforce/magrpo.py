@@ -28,6 +28,7 @@ from comlrl.trainers.policy import PolicyRows, backward_policy_rows
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.telemetry.progress import library_bars
+from comlrl.telemetry.wandb_sink import check_wandb_ready
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
 NodeSample = GroupSample
@@ -82,6 +83,7 @@ class MAGRPOTrainer(TrainerBase):
         peft_configs = normalize_peft_configs(peft_config, count)
         self.args = args
         self._join_data_parallel(args)
+        check_wandb_ready(wandb_config)  # a missing login is one line now, not a traceback after loading
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
         reference_devices = self._reference_devices(self.agent_devices)
 
