@@ -121,3 +121,16 @@ def test_uneven_splits_are_refused_before_any_rollout(tiny_paths, tmp_path):
 def test_a_device_list_of_the_wrong_length_is_refused(tiny_paths):
     with pytest.raises(ValueError, match=r"agent_devices length \(3\) must be 1 or 2"):
         magrpo(tiny_paths, "unused", output_dir=None, agent_devices=["cpu", "cpu", "cpu"])
+
+
+@pytest.mark.parametrize("wait", [True, False])
+def test_leave_process_group_destroys_the_group_this_process_joined(tmp_path, wait):
+    import torch.distributed as dist
+
+    from comlrl.parallel.data_parallel import leave_process_group
+
+    leave_process_group()  # without a group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    leave_process_group(wait=wait)
+    assert not dist.is_initialized()

@@ -114,7 +114,14 @@ def run_train(args: argparse.Namespace) -> int:
     data = load_data(plan)  # before any model loads: a missing or empty dataset is refused here
     if main_process:
         check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
-    run(plan, overwrite=args.overwrite, data=data)
+    from comlrl.parallel.data_parallel import leave_process_group
+
+    finished = False
+    try:
+        run(plan, overwrite=args.overwrite, data=data)
+        finished = True
+    finally:
+        leave_process_group(wait=finished)
     return 0
 
 

@@ -32,6 +32,20 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
+def leave_process_group(*, wait: bool = True) -> None:
+    """Leave the process group this process joined (a no-op without one): after a barrier when
+    ``wait`` (every rank done), at once otherwise (a failed rank must not wait for the others).
+    ``comlrl train`` calls it when a run ends, so a torchrun launch does not end in the abort that
+    torch.distributed's threads can raise while an interpreter with an open group exits."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if wait:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 @dataclass(frozen=True)
 class DataParallel:
     rank: int = 0
