@@ -66,7 +66,8 @@ def _active_wandb_run():
 
 @pytest.fixture(autouse=True)
 def _no_leftover_wandb_run():
-    """A W&B run never outlives the test that opened it, so no trainer adopts another test's run."""
+    """A W&B run never outlives the test that opened it, so no trainer adopts another test's run, and
+    W&B's process-wide settings (its directory among them) are torn down after every test that loaded it."""
     leftover = _active_wandb_run()
     if leftover is not None:  # opened outside any test (e.g. at import): never let a test adopt it
         leftover.finish()
@@ -74,6 +75,9 @@ def _no_leftover_wandb_run():
     run = _active_wandb_run()
     if run is not None:
         run.finish()
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and hasattr(wandb, "teardown"):
+        wandb.teardown()
 
 PROMPTS = ["Describe a city", "Tell a joke", "Invent a fruit", "Write a story", "Explain teleportation", "Design a playground"]
 

@@ -78,7 +78,7 @@ def test_run_config_records_the_seed_models_and_data(tiny_paths, prompts_dataset
 
 
 def test_wandb_files_go_under_the_run_folder(tiny_paths, prompts_dataset, tmp_path, monkeypatch):
-    pytest.importorskip("wandb", reason="wandb is an optional dependency")
+    wandb = pytest.importorskip("wandb", reason="wandb is an optional dependency")
     monkeypatch.chdir(tmp_path)
     out = tmp_path / "run"
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"], tiny_paths["gpt2"]], reward_func=lambda a, b: [0.0] * len(a),
@@ -88,6 +88,7 @@ def test_wandb_files_go_under_the_run_folder(tiny_paths, prompts_dataset, tmp_pa
         trainer.train()
     finally:
         trainer.close()
+        wandb.teardown()  # W&B keeps its settings (the directory among them) for the process otherwise
     assert (out / "wandb").is_dir() and not (tmp_path / "wandb").exists()
 
 

@@ -5,6 +5,7 @@ files ``comlrl train`` writes) whose every file is searched for each secret."""
 import copy
 import logging
 import os
+import shutil
 
 import pytest
 import yaml
@@ -183,26 +184,27 @@ def test_comlrl_train_config_files_and_dry_run_hold_no_secret(tmp_path, monkeypa
     from comlrl.cli.main import main
     from comlrl.config.plan import plan_from_args
 
-    overrides, run_dir = cli_overrides(), str(tmp_path / "run")
+    overrides, run_dir = [*cli_overrides(), "dataset.offline=true"], str(tmp_path / "run")
     assert main(["train", "--config", "madpo_iter_che_config.yaml", "--dry-run", "--output-dir", run_dir,
                  *[a for o in overrides for a in ("--override", o)]]) == 0
     printed = capsys.readouterr().out
     plan = plan_from_args("madpo_iter_che_config.yaml", overrides, output_dir=run_dir)
     assert plan.config.comparator_api_key == API_KEY and plan.config.comparator_api_headers["X-Auth"] == X_AUTH
 
-    def stop(*_args, **_kwargs):
+    def stop(*_args, **_kwargs):  # keep what the run wrote before its models would load (a run failing there removes it)
+        shutil.copytree(tmp_path / "run", tmp_path / "written")
         raise RuntimeError("stop before loading models")
 
     monkeypatch.setattr(train_cli, "build", stop)
     with pytest.raises(RuntimeError, match="stop before"):
         train_cli.run(plan, log=lambda _line: None)
     (tmp_path / "dry_run.yaml").write_text(printed)
-    assert sorted(os.listdir(tmp_path / "run")) == ["config.yaml", "resolved_config.yaml"]
+    assert sorted(os.listdir(tmp_path / "written")) == ["config.yaml", "resolved_config.yaml"]
     assert files_holding(tmp_path, SECRETS) == {}
     for name in ("config.yaml", "resolved_config.yaml"):
-        text = (tmp_path / "run" / name).read_text()
+        text = (tmp_path / "written" / name).read_text()
         assert "https://alice:***@api.example.com/v1/gen?api_key=***&model=m" in text, name
-    resolved = yaml.safe_load((tmp_path / "run" / "resolved_config.yaml").read_text())
+    resolved = yaml.safe_load((tmp_path / "written" / "resolved_config.yaml").read_text())
     fields = resolved["config"]["MADPOIterConfig"]
     assert fields["comparator_api_headers"] == {"Authorization": MASK, "X-Custom": "Bearer ***", "X-Auth": MASK}
     assert plan.config.comparator_api_key == API_KEY  # writing the files changed nothing in the plan
