@@ -29,7 +29,7 @@ CHILD = textwrap.dedent(
     import json, os, sys, time
     sys.path.insert(0, {tests!r})
     import conftest  # offline settings, one thread: exactly what the parent process uses
-    import comlrl.checkpoint.store as checkpoint
+    import comlrl.checkpoint.folder as checkpoint
     from checkpoint_helpers import make_dataset, make_magrpo, seed_everything
     from conftest import length_ratio
     from comlrl.checkpoint.layout import latest_checkpoint

@@ -268,7 +268,7 @@ def test_saving_is_refused_after_a_failed_run_and_over_existing_folders(tiny_pat
 
 
 def test_an_exception_during_a_save_leaves_no_partial_checkpoint(tiny_paths, dataset, tmp_path, monkeypatch):
-    import comlrl.checkpoint.store as checkpoint
+    import comlrl.checkpoint.folder as checkpoint
 
     original, calls = checkpoint.save_torch, []
 

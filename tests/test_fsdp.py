@@ -12,7 +12,7 @@ from fsdp_scenarios import SCENARIOS
 from test_data_parallel import assert_close_runs, torchrun
 
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from comlrl.checkpoint.store import LoadPlan, validate_components
+from comlrl.checkpoint.folder import LoadPlan, validate_components
 from comlrl.checkpoint.layout import read_manifest
 from comlrl.parallel.fsdp import decoder_layers
 from comlrl.checkpoint.layout import read_checkpoint_metadata

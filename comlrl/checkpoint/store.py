@@ -1,13 +1,7 @@
-"""Training checkpoints: save everything a run needs to continue, and resume it exactly.
-
-A checkpoint folder (see ``docs/checkpoints.md``)::
-
-    manifest.json            identity, progress, components, size + SHA-256 of every other file
-    models/<name>/           one folder per distinct model: safetensors shards + index.json
-    optimizers/<name>.pt     optimizer state_dict            (torch, weights_only)
-    schedulers/<name>.pt     scheduler state_dict            (torch, weights_only)
-    training_state.pt        runtime states: progress cursor, buffers, metrics, callbacks
-    rng_state.pt             Python, NumPy, torch (CPU, CUDA, MPS) generator states
+"""The mixin behind every trainer's ``save_checkpoint`` / ``load_checkpoint`` and ``train()``'s
+checkpoint options: when to save, where, resume checks (identity, config, world size), pruning, and
+the data-parallel hooks. One folder's files are written and validated by ``checkpoint.folder``;
+the folder's layout (manifest, models, optimizers, training state, RNG) is in docs/checkpoints.md.
 
 Loading validates everything (class, config, dataset, tokenizers, every component's structure,
 file integrity, decodability) before the trainer is changed at all. Saving captures the RNG state
@@ -16,269 +10,38 @@ first and restores it afterwards, so a run with checkpoints draws the same numbe
 
 from __future__ import annotations
 
-import datetime
 import os
 import shutil
 import uuid
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
-
-import torch
+from typing import Any, Dict, Mapping, Optional
 
 from comlrl.checkpoint import layout
-from comlrl.checkpoint.interrupt import TrainingInterrupted
-from comlrl.checkpoint.files import (
-    MODEL_INDEX_FILENAME,
-    CheckpointError,
-    check_shard_headers,
-    fsync_tree,
-    load_module,
-    load_torch,
-    module_differences,
-    read_json,
-    record_files,
-    save_module,
-    save_torch,
-    verify_files,
-    write_json,
+from comlrl.checkpoint.files import CheckpointError
+from comlrl.checkpoint.folder import (  # noqa: F401  (write_checkpoint, LoadPlan, ...: also imported from here)
+    LoadPlan,
+    _names_must_match,
+    apply_components,
+    inside,
+    optimizer_differences,
+    validate_components,
+    write_checkpoint,
 )
-from comlrl.checkpoint.layout import MANIFEST_FILENAME, RNG_FILENAME, STATE_FILENAME
-from comlrl.parallel.fsdp import optimizer_is_sharded, plain_class_name, shard_optimizer_state
+from comlrl.checkpoint.interrupt import TrainingInterrupted
+from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.state import (
     CheckpointComponents,
     capture_rng_state,
-    check_rng_state,
     config_defaults,
     config_differences,
     config_record,
     dataset_info,
-    decode_value,
-    encode_value,
     jsonable,
-    pair_up,
     restore_rng_state,
     tokenizer_fingerprint,
 )
 
 
-def _library_versions() -> Dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"torch": torch.__version__}
-    for name in ("comlrl", "transformers"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "unknown"
-    return out
-
-
-def _file_name(name: str) -> str:
-    return name.replace(os.sep, "_").replace("/", "_")
-
-
-# ----------------------------------------------------------------------------- writing
-def write_checkpoint(
-    staging: str, components: CheckpointComponents, identity: Mapping[str, Any], gathered: Optional[Mapping[int, Any]] = None,
-) -> Dict[str, Any]:
-    """Write every component into ``staging`` and the manifest last; return the manifest.
-
-    ``gathered``: full states of sharded models and optimizers by ``id`` of the object (FSDP:
-    gathered by every rank beforehand), written in place of their own sharded ones."""
-    gathered = gathered or {}
-    models: Dict[str, Dict[str, str]] = {}
-    written: Dict[int, str] = {}
-    for name, module in components.models.items():
-        if id(module) not in written:
-            folder = f"models/{_file_name(name)}"
-            save_module(os.path.join(staging, folder), module, state=gathered.get(id(module)))
-            written[id(module)] = folder
-        models[name] = {"folder": written[id(module)], "class": plain_class_name(module)}
-    tables: Dict[str, Dict[str, Dict[str, str]]] = {}
-    for kind, table in (("optimizers", components.optimizers), ("schedulers", components.schedulers)):
-        tables[kind] = {}
-        if table:
-            os.makedirs(os.path.join(staging, kind), exist_ok=True)
-        for name, obj in table.items():
-            relative = f"{kind}/{_file_name(name)}.pt"
-            state = gathered.get(id(obj))
-            save_torch(os.path.join(staging, relative), state if state is not None else obj.state_dict())
-            tables[kind][name] = {"file": relative, "class": type(obj).__name__}
-    states = {
-        name: encode_value(entry.obj.state_dict(), entry.records, where=f"checkpoint state {name!r}")
-        for name, entry in components.states.items()
-    }
-    save_torch(os.path.join(staging, STATE_FILENAME), states)
-    save_torch(os.path.join(staging, RNG_FILENAME), identity["rng"])
-    manifest = {
-        "format": layout.FORMAT_NAME,
-        "version": layout.CHECKPOINT_VERSION,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "libraries": _library_versions(),
-        **{k: v for k, v in identity.items() if k != "rng"},
-        "models": models,
-        "optimizers": tables["optimizers"],
-        "schedulers": tables["schedulers"],
-        "states": sorted(states),
-        "files": record_files(staging),
-    }
-    write_json(os.path.join(staging, MANIFEST_FILENAME), manifest)
-    fsync_tree(staging)
-    return manifest
-
-
-# ----------------------------------------------------------------------------- validating
-@dataclass
-class LoadPlan:
-    """Everything read and checked from a checkpoint, ready to be applied in one go."""
-
-    folder: str
-    manifest: Dict[str, Any]
-    components: CheckpointComponents
-    optimizers: Dict[str, Any] = field(default_factory=dict)
-    schedulers: Dict[str, Any] = field(default_factory=dict)
-    states: Dict[str, Any] = field(default_factory=dict)
-    rng: Dict[str, Any] = field(default_factory=dict)
-    model_indexes: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-
-
-def _names_must_match(kind: str, current: Any, saved: Any) -> None:
-    only_here, only_saved = pair_up(current, saved)
-    if only_here or only_saved:
-        parts = []
-        if only_saved:
-            parts.append(f"only in the checkpoint: {only_saved}")
-        if only_here:
-            parts.append(f"only in this trainer: {only_here}")
-        raise CheckpointError(f"The checkpoint's {kind} do not match this trainer's ({'; '.join(parts)}).")
-
-
-def optimizer_differences(saved: Mapping[str, Any], optimizer: Any) -> List[str]:
-    """Structural differences between a saved optimizer state_dict and a torch optimizer."""
-    if not isinstance(saved, Mapping) or "state" not in saved or "param_groups" not in saved:
-        return ["the saved state is not an optimizer state_dict"]
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        return []
-    groups = optimizer.param_groups
-    if len(saved["param_groups"]) != len(groups):
-        return [f"{len(saved['param_groups'])} parameter groups in the checkpoint, {len(groups)} here"]
-    params = {}
-    for index, (old, new) in enumerate(zip(saved["param_groups"], groups)):
-        if len(old["params"]) != len(new["params"]):
-            return [f"group {index} has {len(old['params'])} parameters in the checkpoint, {len(new['params'])} here"]
-        params.update(zip(old["params"], new["params"]))
-    diffs = []
-    for key, entry in saved["state"].items():
-        param = params.get(key)
-        if param is None:
-            diffs.append(f"state for unknown parameter {key}")
-            continue
-        for name, value in entry.items():
-            if isinstance(value, torch.Tensor) and value.dim() > 0 and tuple(value.shape) != tuple(param.shape):
-                diffs.append(f"parameter {key} {name}: shape {tuple(value.shape)} in the checkpoint, {tuple(param.shape)} here")
-    return diffs[:5]
-
-
-def inside(folder: str, relative: str) -> str:
-    """``folder/relative``, refusing paths a manifest could use to leave the checkpoint."""
-    path = os.path.normpath(os.path.join(folder, relative))
-    if os.path.isabs(relative) or os.path.commonpath([os.path.abspath(path), os.path.abspath(folder)]) != os.path.abspath(folder):
-        raise CheckpointError(f"The checkpoint manifest in {folder} names a path outside the checkpoint: {relative!r}.")
-    return path
-
-
-def validate_components(plan: LoadPlan) -> None:
-    """Check models, optimizers, schedulers, runtime states and RNG of ``plan`` (reads the files)."""
-    manifest, folder, components = plan.manifest, plan.folder, plan.components
-    for kind in ("models", "optimizers", "schedulers"):
-        _names_must_match(kind, getattr(components, kind), manifest[kind])
-    _names_must_match("runtime states", components.states, manifest["states"])
-    for relative in manifest["files"]:
-        inside(folder, relative)
-    verify_files(folder, manifest["files"])
-    for name, module in components.models.items():
-        model_folder = inside(folder, manifest["models"][name]["folder"])
-        index = read_json(os.path.join(model_folder, MODEL_INDEX_FILENAME), "Model index")
-        diffs = module_differences(index, module)
-        if diffs:
-            raise CheckpointError(f"Model {name!r} differs from the checkpoint's: " + "; ".join(diffs) + ".")
-        check_shard_headers(model_folder, index)
-        plan.model_indexes[name] = index
-    for kind, table, out in (("optimizer", components.optimizers, plan.optimizers), ("scheduler", components.schedulers, plan.schedulers)):
-        for name, obj in table.items():
-            state = load_torch(inside(folder, manifest[f"{kind}s"][name]["file"]), f"{kind.capitalize()} state")
-            diffs = optimizer_differences(state, obj) if kind == "optimizer" else []
-            if diffs:
-                raise CheckpointError(f"Optimizer {name!r} differs from the checkpoint's: " + "; ".join(diffs) + ".")
-            out[name] = state
-    saved_states = load_torch(os.path.join(folder, STATE_FILENAME), "Training state")
-    for name, entry in components.states.items():
-        if name not in saved_states:
-            raise CheckpointError(f"The checkpoint's {STATE_FILENAME} lacks the runtime state {name!r}.")
-        value = decode_value(saved_states[name], entry.records)
-        if entry.check is not None:
-            entry.check(value)
-        plan.states[name] = value
-    plan.rng = load_torch(os.path.join(folder, RNG_FILENAME), "RNG state")
-    check_rng_state(plan.rng)
-
-
-def apply_components(plan: LoadPlan) -> None:
-    """Restore every component of a validated plan (RNG excluded: the caller restores it last)."""
-    components = plan.components
-    for name, module in components.models.items():
-        load_module(inside(plan.folder, plan.manifest["models"][name]["folder"]), plan.model_indexes[name], module)
-    for name, obj in components.optimizers.items():
-        state = plan.optimizers[name]
-        obj.load_state_dict(shard_optimizer_state(obj, state) if optimizer_is_sharded(obj) else state)
-    for name, obj in components.schedulers.items():
-        obj.load_state_dict(plan.schedulers[name])
-    for name, entry in components.states.items():
-        entry.obj.load_state_dict(plan.states[name])
-
-
-# ----------------------------------------------------------------------------- schedule of train()
-def _positive_int_or_none(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive integer or None. Got {value!r}.")
-
-
-@dataclass(frozen=True)
-class CheckpointSchedule:
-    """When ``train()`` writes checkpoints into ``directory`` (None: never)."""
-
-    directory: Optional[str]
-    interval: int = 1  # epochs
-    steps: Optional[int] = None  # training steps
-    total_limit: Optional[int] = None
-
-    @classmethod
-    def from_train_args(cls, *, checkpoint_dir: Any, checkpoint_interval: Any, checkpoint_total_limit: Any, checkpoint_steps: Any, resume_from_checkpoint: Any) -> "CheckpointSchedule":
-        if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
-            raise ValueError(f"checkpoint_interval must be an integer >= 1 (epochs between checkpoints). Got {checkpoint_interval!r}.")
-        _positive_int_or_none("checkpoint_total_limit", checkpoint_total_limit)
-        _positive_int_or_none("checkpoint_steps", checkpoint_steps)
-        if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, os.PathLike)):
-            raise ValueError(f"checkpoint_dir must be a path or None. Got {checkpoint_dir!r}.")
-        if resume_from_checkpoint is not None and resume_from_checkpoint is not True and not isinstance(resume_from_checkpoint, (str, os.PathLike)):
-            raise ValueError(
-                f"resume_from_checkpoint must be a checkpoint path, a checkpoint_dir, True (the latest checkpoint in "
-                f"checkpoint_dir) or None. Got {resume_from_checkpoint!r}."
-            )
-        if resume_from_checkpoint is True and checkpoint_dir is None:
-            raise ValueError("resume_from_checkpoint=True resumes the latest checkpoint of checkpoint_dir; give checkpoint_dir=... too.")
-        directory = os.fspath(checkpoint_dir) if checkpoint_dir is not None else None
-        return cls(directory, checkpoint_interval, checkpoint_steps, checkpoint_total_limit)
-
-    def due_after_step(self, global_step: int) -> bool:
-        return self.directory is not None and self.steps is not None and global_step % self.steps == 0
-
-    def due_after_epoch(self, epoch: int, final: bool) -> bool:
-        return self.directory is not None and (final or epoch % self.interval == 0)
-
-
-# ----------------------------------------------------------------------------- the mixin
 class TrainingCheckpointMixin:
     """``save_checkpoint`` / ``load_checkpoint`` and the checkpoint side of ``train()``.
 

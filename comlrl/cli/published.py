@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from comlrl.cli.memory import PUBLISHED_MODELS
+from comlrl.cli.model_shapes import PUBLISHED_MODELS
 
 
 @dataclass(frozen=True)

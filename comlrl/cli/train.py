@@ -153,7 +153,7 @@ def check_checkpoint_settings(plan) -> None:
     manifest only) and matched to this run's algorithm."""
     from comlrl.checkpoint import layout
     from comlrl.checkpoint.files import CheckpointError
-    from comlrl.checkpoint.store import CheckpointSchedule
+    from comlrl.checkpoint.schedule import CheckpointSchedule
     from comlrl.models.saving import check_folder_path
 
     ck = plan.checkpoint

@@ -9,8 +9,7 @@ import contextlib
 import copy
 import os
 import warnings
-from dataclasses import asdict, dataclass
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -23,32 +22,22 @@ from comlrl.rollout.generation import GENERATION_KEY_FIELDS, RESERVED_GENERATION
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import TreeRollout
 from comlrl.checkpoint.interrupt import Interruptible
-from comlrl.checkpoint.store import CheckpointSchedule
+from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.trainers.checkpoint_contents import TrainerCheckpoints
 from comlrl.trainers.datasets import dataset_length, is_map_dataset  # noqa: F401  (also imported from here)
+from comlrl.trainers.epochs import EpochLoop
+from comlrl.trainers.services import RunServices, TrainingState  # noqa: F401  (TrainingState: also imported from here)
 from comlrl.trainers.policy import PolicyAgent, build_references
 from comlrl.trainers.backends import install_generation_backends, require_optional_packages
 from comlrl.parallel.devices import resolve_devices
 from comlrl.parallel.data_parallel import DataParallel
 from comlrl.parallel.fsdp import Sharding, full_model_state, is_sharded, is_sharded_tensor
 from comlrl.trainers.optim import AgentOptimizer
-from comlrl.telemetry.metrics import JsonlSink, MemorySink, MetricsLogger
-from comlrl.telemetry.progress import ProgressBar, StepTimer, library_bars, remaining_steps
-from comlrl.telemetry.run_record import RunRecord, describe_data, describe_model
-from comlrl.telemetry.signal import ZeroSignalMonitor, signal_metrics
-from comlrl.telemetry.tensorboard_sink import TensorBoardSink
-from comlrl.telemetry.wandb_sink import WandbSink, verbose_from_wandb_config
-from comlrl.parallel.workers import AgentWorkers
+from comlrl.telemetry.progress import library_bars
+from comlrl.telemetry.run_record import describe_data, describe_model
+from comlrl.telemetry.signal import signal_metrics
 
 
-@dataclass
-class TrainingState:
-    """Where a run is: the cursor a checkpoint needs to continue from the exact same step."""
-
-    epoch: int = 0  # epochs completed
-    position: int = 0  # training items consumed in the current epoch
-    env_step: int = 0  # joint rewards computed so far (the x-axis of every log)
-    global_step: int = 0  # training steps (one rollout + its updates) so far
 
 
 def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -56,7 +45,7 @@ def chunked(values: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield values[start : start + size]
 
 
-class TrainerBase(TrainerCheckpoints):
+class TrainerBase(RunServices, EpochLoop, TrainerCheckpoints):
     """Shared training loop (see module docstring). Subclasses set ``args``, ``agents``,
     ``tokenizers``, ``optimizers``, ``train_dataset`` and ``eval_dataset`` and call
     ``_init_services``; they extend ``_checkpoint_components`` with what else a checkpoint holds."""
@@ -115,48 +104,6 @@ class TrainerBase(TrainerCheckpoints):
             return [dist.device()] * count
         return resolve_devices(spec, count, kind)
 
-    def _init_services(self, wandb_config: Optional[Mapping[str, Any]], run_config: Dict[str, Any]) -> None:
-        self._dist = getattr(self, "_dist", None) or DataParallel.current()
-        main = self._dist.is_main
-        self.state = TrainingState()
-        self.wandb_config = dict(wandb_config) if wandb_config is not None else None
-        self.verbose = main and self.console_enabled(self.args, self.wandb_config)
-        self._memory = MemorySink()
-        self._wandb: Optional[WandbSink] = None
-        self._run_config = run_config
-        sinks: List[Any] = [self._memory]
-        self._run_record = RunRecord(self.args.output_dir) if self.args.output_dir and main else None
-        if self.args.output_dir and main:
-            sinks.append(JsonlSink(os.path.join(self.args.output_dir, "metrics.jsonl"), overwrite=self.args.overwrite_output_dir))
-        if self.args.tensorboard and main:
-            sinks.append(TensorBoardSink(os.path.join(self.args.output_dir, "tensorboard")))
-        self.metrics = MetricsLogger(sinks, self.args.logging_steps, merge=self._dist.merge_metrics)
-        self._signal = ZeroSignalMonitor(self.algorithm_name)
-        self._generation_kwargs: Dict[str, Any] = {}
-        # parallel_training="mp": one worker thread per agent for generation and updates
-        self._workers = AgentWorkers(len(self.agents), parallel=self.args.parallel_training == "mp")
-        self._dist.broadcast_parameters(list(self.agents) + list(getattr(self, "critics", [])))
-        if self.wandb_config is not None and main:
-            self._start_wandb()
-
-    @staticmethod
-    def console_enabled(args: Any, wandb_config: Optional[Mapping[str, Any]]) -> bool:
-        """``args.verbose``, or when it is None ``wandb_config.config_sections.output.verbose`` (default True).
-        When False, transformers' own loading/saving bars are silenced too (``library_bars``)."""
-        return verbose_from_wandb_config(wandb_config) if args.verbose is None else bool(args.verbose)
-
-    def _start_wandb(self) -> None:
-        if self._wandb is None:
-            settings = dict(self.wandb_config)
-            if not settings.get("dir") and self.args.output_dir:
-                settings["dir"] = self.args.output_dir  # W&B's files go under the run folder, not ./wandb
-            self._wandb = WandbSink(settings, dict(self._run_config))
-            self.metrics.sinks.append(self._wandb)
-
-    @property
-    def wandb_initialized(self) -> bool:
-        return self._wandb is not None
-
     @property
     def env_step(self) -> int:
         return self.state.env_step
@@ -164,11 +111,6 @@ class TrainerBase(TrainerCheckpoints):
     @env_step.setter
     def env_step(self, value: int) -> None:
         self.state.env_step = int(value)
-
-    @property
-    def log_history(self) -> List[Dict[str, Any]]:
-        """Every logged row (training and evaluation), oldest first."""
-        return self._memory.rows
 
     # ------------------------------------------------------------------ shared construction steps
     def _reference_devices(self, devices: Sequence[torch.device]) -> List[torch.device]:
@@ -345,17 +287,6 @@ class TrainerBase(TrainerCheckpoints):
                 "different numbers of samples; set early_termination_threshold=None for data-parallel multi-turn training."
             )
 
-    def _finish_run_record(self, error: Optional[BaseException]) -> None:
-        if self._run_record is None:
-            return
-        models = [describe_model(name, model, source) for name, model, source in self._run_models()]
-        self._run_record.finish(error=error, models=models, progress=asdict(self.state), history=self.log_history)
-
-    def _run_models(self) -> List[Tuple[str, nn.Module, Any]]:
-        """``(role, model, source)`` of every trained model, for ``run_summary.json``."""
-        sources = getattr(self, "_agent_sources", [None] * len(self.agents))
-        return [(f"agents.{i}", model, source) for i, (model, source) in enumerate(zip(self.agents, sources))]
-
     def _set_generation_kwargs(self, kwargs: Mapping[str, Any]) -> None:
         from transformers import GenerationConfig
 
@@ -381,86 +312,6 @@ class TrainerBase(TrainerCheckpoints):
                 f"use generation_backend='hf'."
             )
         self._generation_kwargs = dict(kwargs)
-
-    def _run_epochs(self) -> None:
-        total = self.args.num_train_epochs
-        length = self._epoch_length()
-        timer = StepTimer(remaining_steps(length, self._items_per_step(), self.state.epoch, self.state.position, total))
-        while self.state.epoch < total:
-            bar = ProgressBar(
-                total=length, initial=self.state.position, enabled=self.verbose,
-                desc=f"{self.algorithm_name} epoch {self.state.epoch + 1}/{total}",
-            )
-            try:
-                for start, items, last in self._epoch_steps(self.state.position):
-                    self._maybe_evaluate(start, len(items))
-                    local, ids = self._dist.shard(start, items)
-                    self._train_step(local, ids)
-                    self.state.position = start + len(items)
-                    self.state.global_step += 1
-                    # The epoch's last step is logged with the epoch's means, after the buffers drain.
-                    bar.update(len(items), None if last else self.metrics.flush(self.env_step))
-                    if not timer.done:
-                        bar.note(f"{self.algorithm_name}: {timer.estimate()}")
-                    self._after_step()
-                    self._checkpoint_after_step(self.state.global_step)
-                self._flush_buffers()
-                self.metrics.record(self.metrics.epoch_summary(self.state.epoch + 1))
-                bar.finish(self.metrics.flush(self.env_step, force=True))
-            finally:
-                bar.close()
-            self.state.epoch += 1
-            self.state.position = 0
-            self._after_epoch()
-            self._checkpoint_after_epoch(self.state.epoch, final=self.state.epoch >= total)
-
-    def _epoch_length(self) -> Optional[int]:
-        """Items one epoch visits (the training dataset's length; None when it has none)."""
-        return dataset_length(self.train_dataset)
-
-    def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any], bool]]:
-        """``(first item index, items, is the epoch's last step)`` for every step from ``start``."""
-        pending = None
-        for step in self._epoch_chunks(start):
-            if pending is not None:
-                yield (*pending, False)
-            pending = step
-        if pending is not None:
-            yield (*pending, True)
-
-    def _epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
-        """``(first item index, items)`` of the epoch's steps from ``start`` (trainers that step over
-        something other than the training dataset override this)."""
-        return self._dataset_steps(self.train_dataset, start, self._items_per_step())
-
-    @staticmethod
-    def _dataset_steps(dataset: Any, start: int, size: int) -> Iterator[Tuple[int, List[Any]]]:
-        """``(position, items)`` of consecutive steps of ``size`` items, from item ``start`` on."""
-        if is_map_dataset(dataset):
-            length = len(dataset)
-            for first in range(start, length, size):
-                yield first, [dataset[i] for i in range(first, min(first + size, length))]
-            return
-        iterator = iter(dataset)
-        for _ in range(start):
-            next(iterator, None)
-        position, items = start, []
-        for item in iterator:
-            items.append(item)
-            if len(items) == size:
-                yield position, items
-                position, items = position + size, []
-        if items:
-            yield position, items
-
-    def _maybe_evaluate(self, start: int, count: int) -> None:
-        interval = self.args.eval_interval
-        if self.eval_dataset is None or interval <= 0:
-            return
-        if any((start + offset) % interval == 0 for offset in range(count)):
-            with self._unsharded():  # every rank unshards; rank 0 evaluates for the run
-                if self._dist.is_main:
-                    self.evaluate()
 
     # hooks for subclasses (checkpoints are taken right after them)
     def _after_step(self) -> None:
@@ -534,26 +385,6 @@ class TrainerBase(TrainerCheckpoints):
         }
         callbacks.update({f"formatters.{i}": formatter.original for i, formatter in enumerate(self.formatters)})
         return callbacks
-
-    # ------------------------------------------------------------------ evaluation items
-    def _evaluation_items(self, num_eval_samples: Optional[int]) -> List[Any]:
-        """Up to ``num_eval_samples`` (default ``args.eval_num_samples``) eval items; none without an
-        eval dataset or for a count of 0."""
-        if self.eval_dataset is None:
-            return []
-        count = self.args.eval_num_samples if num_eval_samples is None else int(num_eval_samples)
-        return self._eval_items(count) if count > 0 else []
-
-    def _eval_items(self, count: int) -> List[Any]:
-        dataset = self.eval_dataset
-        if is_map_dataset(dataset):
-            return [dataset[i] for i in range(min(count, len(dataset)))]
-        items = []
-        for item in dataset:
-            if len(items) >= count:
-                break
-            items.append(item)
-        return items
 
     # ------------------------------------------------------------------ export
     def _agent_export_dirs(self, output_dir: str) -> List[str]:
