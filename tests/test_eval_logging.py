@@ -101,8 +101,9 @@ def test_logging_steps_gate_averages_instead_of_dropping():
     assert [r["env_step"] for r in sink.rows] == [4, 14]
 
 
-def test_reference_kl_is_zero_before_any_update_and_positive_after(tiny_paths, prompts_dataset):
-    trainer = make(tiny_paths, prompts_dataset, reference_kl_enabled=True, reference_kl_coef=0.5,
+@pytest.mark.parametrize("mode", ["loss", "reward"])
+def test_reference_kl_is_zero_before_any_update_and_positive_after(tiny_paths, prompts_dataset, mode):
+    trainer = make(tiny_paths, prompts_dataset, reference_kl_enabled=True, reference_kl_coef=0.5, reference_kl_mode=mode,
                    rollout_buffer_size=1, logging_steps=1, num_train_epochs=2, agent_learning_rate=5e-3)
     assert len(trainer.reference_models) == 2
     assert all(not p.requires_grad for ref in trainer.reference_models for p in ref.parameters())
@@ -112,10 +113,15 @@ def test_reference_kl_is_zero_before_any_update_and_positive_after(tiny_paths, p
     # recorded while sampling (an incremental forward), the reference side a full forward: float noise only
     assert kls[0] < 1e-9
     assert len(set(kls[1:])) == len(kls) - 1 and min(kls[1:]) > 1e-6  # later rollouts measure a moved policy
-    # (the values themselves are checked against known log-probs in test_mechanisms_kl_critics.py)
-    penalties = [row["turn_1/reference_kl_penalty_mean"] for row in trainer.log_history]
-    # the penalty is coef * mean(log pi - log ref) (k1, see core.kl.sequence_log_ratio): 0 before any update
-    assert abs(penalties[0]) < 1e-6 and len(penalties) == len(kls)
+    # (the values themselves are checked against known log-probs in test_mechanisms_kl_critics.py / test_kl_loss.py)
+    if mode == "reward":
+        penalties = [row["turn_1/reference_kl_penalty_mean"] for row in trainer.log_history]
+        # the penalty is coef * mean(log pi - log ref) (k1, see core.kl.sequence_log_ratio): 0 before any update
+        assert abs(penalties[0]) < 1e-6 and len(penalties) == len(kls)
+    else:  # its own loss term: coef * (log pi - log ref)^2 / 2 per token, 0 before any update, then positive
+        losses = [row["agent_0/kl_loss"] for row in trainer.log_history]
+        assert abs(losses[0]) < 1e-9 and max(losses[1:]) > 0
+        assert all("turn_1/reference_kl_penalty_mean" not in row for row in trainer.log_history)
 
 
 def test_homogeneous_agents_share_one_frozen_reference(tiny_paths, prompts_dataset):
