@@ -53,7 +53,7 @@ class CodeOptions:
     fix_assert_pre_evaluation: bool = option(False, "reward.fix_assert_pre_evaluation", "Run each assert as written (original: also evaluates a regex split of it first).")
     test_timeout_s: float = option(10.0, "sandbox.test_timeout_s", "Alarm per assert (original: 10 s).")
     max_timeouts: int = option(3, "sandbox.max_timeouts", "Skip a candidate's remaining asserts after this many timeouts (original: 3).")
-    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto, bwrap, unshare or none.")
+    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto or bwrap (bubblewrap; refused when missing) or none (no containment: explicit opt-in).")
     workers: Optional[int] = option(None, "sandbox.workers", "Candidates tested in parallel (None: one per CPU core).")
     wall_time_s: Optional[float] = option(None, "sandbox.wall_time_s", "Wall-clock limit per candidate (None: test_timeout_s x (max_timeouts + 1) + 10).")
     memory_mb: int = option(1024, "sandbox.memory_mb", "Address-space limit per candidate, MiB.")
@@ -194,6 +194,7 @@ def _build(name: str, data: DatasetSource):
             options=options, loader=loader, rows=rows,
         )
         env.sandbox = sandbox
+        env.sandbox_isolation = sandbox.describe()
         env.expert = expert
         return env
 
