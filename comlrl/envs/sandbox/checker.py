@@ -4,10 +4,10 @@ Started by ``comlrl.envs.sandbox`` as ``python -I -S -B checker.py REQUEST_FD RE
 trainer's user but in a process of its own (its own session, resource limits, a clean environment),
 beside -- never inside -- the candidate's sandbox. Standard library only, plus ``wire.py``.
 
-It reads the job as JSON from stdin:
+It reads the job (``wire``-encoded) from stdin:
 
-    {"tests": [str], "setup": str, "seed_math": bool, "pre_evaluate": bool, "test_timeout_s": float,
-     "max_timeouts": int, "load_timeout_s": float, "limits": {...}}
+    {"tests": [str], "pre": [(call, expected) or None] or None, "setup": str, "seed_math": bool,
+     "test_timeout_s": float, "max_timeouts": int, "load_timeout_s": float, "limits": {...}}
 
 waits for the candidate's ``("loaded", values, modules)``, builds the test globals -- builtins,
 ``math`` with ``seed_math``, the trusted ``setup`` (the task prompt's imports), then every other
@@ -15,21 +15,19 @@ name the candidate defined: functions, iterators and iterables as proxies (``Rem
 that call over the pipes, plain data as copies, modules only from ``SAFE_MODULES``, imported here.
 A candidate's name never replaces a builtin or a setup name, so it cannot redefine ``abs`` or
 ``math`` for the asserts. Each assert then runs here with a per-test alarm, exactly as the original
-reward: after ``max_timeouts`` timeouts the rest are skipped; with ``pre_evaluate`` an
-``assert name(args) == expected`` first evaluates ``name(args)`` and ``expected`` on their own.
+reward: after ``max_timeouts`` timeouts the rest are skipped; with ``pre`` (the trainer's split of
+``assert name(args) == expected``) ``name(args)`` and ``expected`` are first evaluated on their own.
 
 What crosses from the candidate is decoded by ``wire.decode`` (plain data within size and depth
 limits); its exceptions become exceptions of the same builtin type (else a new ``Exception``
 subclass of that name) with the message capped; a reply that is malformed, out of sequence or too
 large means the candidate is broken: the test at hand and the rest are not run. Results go to
-stdout as JSON lines: ``{"event": "load" | "test" | "candidate" | "done", ...}``.
+stdout as ``wire`` frames of dicts: ``{"event": "load" | "test" | "candidate" | "done", ...}``.
+(It imports neither ``re`` nor ``json``: starting fast is part of the sandbox's cost.)
 """
 
 import builtins
-import importlib
-import json
 import os
-import re
 import resource
 import signal
 import sys
@@ -40,11 +38,10 @@ import wire  # noqa: E402
 
 sys.path.pop(0)
 
-ASSERT_SHAPE = re.compile(r"assert\s+(\w+)\(([^)]*)\)\s*==\s*(.+)")
 MESSAGE_CAP = 300
 NAME_CAP = 80
 GRACE_S = 0.5
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+CONTROL = {code: "?" for code in list(range(0, 9)) + list(range(11, 32)) + [127]}
 SAFE_MODULES = frozenset((
     "math", "cmath", "string", "re", "itertools", "functools", "operator", "collections", "heapq", "bisect",
     "statistics", "fractions", "decimal", "random", "typing", "copy", "json", "datetime", "textwrap",
@@ -63,20 +60,25 @@ class CandidateGone(Exception):
 def clean(text, cap=MESSAGE_CAP):
     """``text`` as a capped, valid-UTF-8 string without control characters (newline and tab kept)."""
     text = text if isinstance(text, str) else repr(text)
-    return CONTROL.sub("?", text[:cap].encode("utf-8", "replace").decode("utf-8"))
+    return text[:cap].encode("utf-8", "replace").decode("utf-8").translate(CONTROL)
 
 
 _DYNAMIC = {}
 
 
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
+
+
 def remote_exception(name, message):
-    """An exception standing for the candidate's: the builtin type of that name, else a new
-    ``Exception`` subclass called ``name``. Its message is the candidate's, capped."""
+    """An exception standing for the candidate's: the builtin ``Exception`` type of that name, else
+    a new ``Exception`` subclass called ``name`` -- so a candidate's StopIteration, SystemExit or
+    KeyboardInterrupt is an ordinary error here, never control flow of the asserts. Its message is
+    the candidate's, capped."""
     name = name if isinstance(name, str) and name.isidentifier() and len(name) <= NAME_CAP else "Exception"
     message = clean(message)
     kind = getattr(builtins, name, None)
     exc = None
-    if isinstance(kind, type) and issubclass(kind, BaseException):
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, CONTROL_FLOW):
         try:
             exc = kind(message) if message else kind()
         except Exception:  # noqa: BLE001 - a builtin that takes other arguments (UnicodeDecodeError ...)
@@ -238,8 +240,8 @@ class Link:
 
 
 def emit(record):
-    sys.stdout.write(json.dumps(record) + "\n")
-    sys.stdout.flush()
+    """One result record, as a frame on stdout (the trainer reads nothing else from here)."""
+    wire.write_frame(1, wire.encode(record))
 
 
 def error_fields(exc):
@@ -288,16 +290,16 @@ def test_globals(job, values, modules):
             env[name] = value
     for name, module in modules.items():
         if isinstance(name, str) and name.isidentifier() and name not in protected and module in SAFE_MODULES:
-            env[name] = importlib.import_module(module)
+            env[name] = __import__(module, fromlist=["_"])
     return env
 
 
-def run_assert(test, env, pre_evaluate):
-    if pre_evaluate:
-        shape = ASSERT_SHAPE.search(test)
-        if shape:
-            eval(f"{shape.group(1)}({shape.group(2)})", env)
-            eval(shape.group(3), env)
+def run_assert(test, env, pieces):
+    """``pieces``: None, or the (call, expected) sources of an ``assert call == expected`` that the
+    original reward evaluates on their own first (split by the trainer, with its regular expression)."""
+    if pieces:
+        eval(pieces[0], env)
+        eval(pieces[1], env)
     exec(test, env)
 
 
@@ -333,7 +335,7 @@ def run_tests(job, env, link):
         link.deadline = time.monotonic() + seconds
         try:
             alarm.start(seconds)
-            run_assert(test, env, bool(job.get("pre_evaluate")))
+            run_assert(test, env, job["pre"][index] if job.get("pre") else None)
             alarm.stop()
             record["status"] = "pass"
         except TestTimeout as exc:
@@ -351,7 +353,7 @@ def run_tests(job, env, link):
 
 def main():
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
-    job = json.loads(sys.stdin.read())
+    job = wire.decode(sys.stdin.buffer.read())
     set_limits(job.get("limits", {}))
     os.set_blocking(request_fd, False)
     os.set_blocking(reply_fd, False)

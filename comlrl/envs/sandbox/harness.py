@@ -91,7 +91,7 @@ class Guard:
             path = os.fsdecode(path)
         except TypeError:
             return None
-        return os.path.realpath(os.path.join(self.workdir, path))
+        return os.path.realpath(path)  # relative to the current directory, wherever the code moved it
 
     def _check_write(self, event, path):
         real = self._real(path)

@@ -185,10 +185,11 @@ def file_system_args(python: str, disk_bytes: int) -> List[str]:
     return args
 
 
-def bwrap_command(python: str, disk_bytes: int, userns_fd: Optional[int]) -> List[str]:
+def bwrap_command(python: str, disk_bytes: int, userns_fd: Optional[int], info_fd: Optional[int] = None) -> List[str]:
     """The argv prefix that runs a command in the candidate's sandbox; ``userns_fd``: a root
-    trainer's namespace from ``UserNamespacePool`` (None: bubblewrap makes its own)."""
-    args = [shutil.which("bwrap") or "bwrap"]
+    trainer's namespace from ``UserNamespacePool`` (None: bubblewrap makes its own); ``info_fd``:
+    where bubblewrap writes the sandbox init's host pid."""
+    args = [shutil.which("bwrap") or "bwrap"] + (["--info-fd", str(info_fd)] if info_fd is not None else [])
     if userns_fd is not None:
         args += ["--userns", str(userns_fd), "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
@@ -203,7 +204,7 @@ def bwrap_command(python: str, disk_bytes: int, userns_fd: Optional[int]) -> Lis
 
 _PROBE = r"""
 import json, os, sys
-sys.path.insert(0, "%s")
+sys.path[:0] = ["%s", "%s"]
 import harness
 harness.drop_privileges()
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
@@ -215,7 +216,7 @@ except OSError:
 print(json.dumps({"uid": os.getresuid(), "gid": os.getresgid(), "groups": os.getgroups(), "cap_eff": status["CapEff"].strip(),
                   "no_new_privs": status["NoNewPrivs"].strip(), "usr_writable": writable,
                   "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
-""" % RUNTIME_MOUNT
+""" % (RUNTIME_MOUNT, RUNTIME_DIR)
 
 
 @functools.lru_cache(maxsize=None)
@@ -254,7 +255,7 @@ def bwrap_report() -> Dict[str, object]:
 
 def supported(level: str) -> bool:
     """Whether ``level`` works on this machine (``none`` always does)."""
-    return level == "none" or (_check_name(level, "isolation") == "bwrap" and bool(bwrap_report()["ok"]))
+    return level == "none" or (check_isolation_name(level) == "bwrap" and bool(bwrap_report()["ok"]))
 
 
 def available_isolation() -> str:
@@ -266,7 +267,8 @@ def available_isolation() -> str:
     return "bwrap"
 
 
-def _check_name(value: object, where: str) -> str:
+def check_isolation_name(value: object, where: str = "isolation") -> str:
+    """``value`` as a level name (auto, bwrap, none), else a ValueError naming ``where``, the value and the fix."""
     level = str(value or "auto").strip().lower()
     if level in RETIRED:
         raise ValueError(f"{where}={value!r}: this level was removed because {RETIRED[level]}. Use 'auto' or 'bwrap' "
@@ -284,10 +286,10 @@ def resolve_isolation(requested: str = "auto") -> str:
     """The level to use for ``requested`` (``$COMLRL_SANDBOX_ISOLATION`` overrides ``"auto"``).
 
     ``bwrap`` / ``auto`` must work here (else ``SandboxUnavailableError``); ``none`` warns once."""
-    level = _check_name(requested, "isolation")
+    level = check_isolation_name(requested)
     forced = os.environ.get(ISOLATION_ENV, "").strip()
     if level == "auto" and forced:
-        level = _check_name(forced, f"${ISOLATION_ENV}")
+        level = check_isolation_name(forced, f"${ISOLATION_ENV}")
     if level == "none":
         if not _warned.is_set():
             _warned.set()

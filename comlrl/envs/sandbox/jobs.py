@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
+
+from comlrl.envs.sandbox import wire
 
 MESSAGE_CAP = 300
 """Characters kept of an error message (it reaches the next turn's feedback prompt)."""
 NAME_CAP = 80
 """Characters kept of an error type's name."""
 LINE_CAP = 4096
-"""Longest result line read from the checker; a longer one is dropped."""
+"""Longest result frame read from the checker."""
 
 
 @dataclass(frozen=True)
@@ -121,22 +122,25 @@ def _text(value: object, cap: int) -> Optional[str]:
 
 
 def _records(data: bytes) -> List[dict]:
-    """The checker's JSON lines, each within ``LINE_CAP`` and parsed on its own (a bad one is skipped)."""
-    out = []
-    for line in data.split(b"\n"):
-        if not line or len(line) > LINE_CAP:
-            continue
+    """The checker's result frames (``wire``), each within ``LINE_CAP`` and shallow; reading stops at
+    the first frame that is cut off or malformed."""
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        size = int.from_bytes(data[pos:pos + 4], "big")
+        if size > LINE_CAP or pos + 4 + size > len(data):
+            break
         try:
-            record = json.loads(line.decode("utf-8", "replace"))
-        except (ValueError, RecursionError):
-            continue
+            record = wire.decode(data[pos + 4:pos + 4 + size], max_depth=3, max_items=64)
+        except wire.WireError:
+            break
+        pos += 4 + size
         if isinstance(record, dict):
             out.append(record)
     return out
 
 
 def parse_results(data: bytes, tests: Sequence[str]) -> TestReport:
-    """A report from the checker's output: load, per-test and end records; a test without a
+    """A report from the checker's output frames: load, per-test and end records; a test without a
     record is "not run"; the candidate's state, when it stopped answering, goes to ``termination``."""
     report = TestReport(total=len(tests))
     by_index: Dict[int, TestResult] = {}

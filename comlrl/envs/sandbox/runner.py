@@ -13,6 +13,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
+import select
 import selectors
 import shutil
 import signal
@@ -71,36 +73,23 @@ class Sandbox:
             return list(pool.map(self.run, jobs))
 
     def run(self, job: TestJob) -> TestReport:
-        """One job; the report counts only asserts the checker saw pass."""
+        """One job; the report counts only asserts the checker saw pass. When it returns, every
+        process of the job is gone (under bubblewrap: the sandbox's PID namespace has ended)."""
         started = time.monotonic()
-        job_dir = None if self.isolation == "bwrap" else _make_workdir()
-        userns = user_namespaces().acquire() if self.isolation == "bwrap" and os.geteuid() == 0 else None
-        request_r, request_w = os.pipe()
-        reply_r, reply_w = os.pipe()
-        processes: List[subprocess.Popen] = []
+        parts = _JobParts(None if self.isolation == "bwrap" else _make_workdir())
         try:
-            candidate = self._spawn_candidate(request_r, reply_w, userns, job_dir)
-            processes.append(candidate)
-            checker = self._spawn(["-I", "-S", "-B", CHECKER, str(request_w), str(reply_r)], (request_w, reply_r), "/",
-                                  {"PATH": PATH, "LANG": "C.UTF-8"})
-            processes.append(checker)
-            for fd in (request_r, request_w, reply_r, reply_w):
-                os.close(fd)
-            request_r = request_w = reply_r = reply_w = -1
-            _feed(candidate, wire.encode(self._candidate_job(job, job_dir)))
-            _feed(checker, json.dumps(self._checker_job(job)).encode())
-            streams, timed_out = self._collect(candidate, checker, started, len(job.tests))
+            request_r, request_w = parts.pipe()
+            reply_r, reply_w = parts.pipe()
+            candidate = parts.add(self._spawn_candidate(parts, request_r, reply_w))
+            checker = parts.add(self._spawn(["-I", "-S", "-B", CHECKER, str(request_w), str(reply_r)], (request_w, reply_r), "/",
+                                            {"PATH": PATH, "LANG": "C.UTF-8"}))
+            parts.close_child_ends()
+            _feed(candidate, wire.encode(self._candidate_job(job, parts.job_dir)))
+            _feed(checker, wire.encode(self._checker_job(job)))
+            streams, timed_out = self._collect(parts, candidate, checker, started, len(job.tests))
             report = self._report(job, streams, timed_out, candidate, checker)
         finally:
-            for process in processes:
-                _kill_group(process)
-            for fd in (request_r, request_w, reply_r, reply_w):
-                if fd >= 0:
-                    os.close(fd)
-            if userns is not None:
-                user_namespaces().release(userns)
-            if job_dir is not None:
-                remove_tree(job_dir)
+            parts.end()
         report.isolation = self.isolation
         report.duration_s = time.monotonic() - started
         return report
@@ -110,15 +99,19 @@ class Sandbox:
         return subprocess.Popen([*prefix, self.python, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 pass_fds=fds, cwd=cwd, env=env, start_new_session=True, close_fds=True)
 
-    def _spawn_candidate(self, request_r: int, reply_w: int, userns: Optional[int], job_dir: Optional[str]) -> subprocess.Popen:
-        fds = (request_r, reply_w) + ((userns,) if userns is not None else ())
+    def _spawn_candidate(self, parts: "_JobParts", request_r: int, reply_w: int) -> subprocess.Popen:
+        fds: Tuple[int, ...] = (request_r, reply_w)
         if self.isolation == "bwrap":
-            prefix, harness, cwd = bwrap_command(self.python, self.limits.disk_bytes, userns), RUNTIME_MOUNT + "/harness.py", WORKDIR
+            userns = parts.user_namespace() if os.geteuid() == 0 else None
+            info_r, info_w = parts.pipe(child_end=1)
+            parts.info_fd = info_r
+            fds += (info_w,) + ((userns,) if userns is not None else ())
+            prefix = bwrap_command(self.python, self.limits.disk_bytes, userns, info_fd=info_w)
+            harness, cwd, spawn_cwd = RUNTIME_MOUNT + "/harness.py", WORKDIR, "/"
         else:
-            prefix, harness, cwd = [], HARNESS, job_dir
+            prefix, harness, cwd, spawn_cwd = [], HARNESS, parts.job_dir, parts.job_dir
         env = {"PATH": PATH, "HOME": cwd + "/home", "TMPDIR": cwd + "/tmp", "LANG": "C.UTF-8"}
-        return self._spawn(["-I", "-S", "-B", harness, str(request_r), str(reply_w)], fds, "/" if self.isolation == "bwrap" else cwd,
-                           env, prefix)
+        return self._spawn(["-I", "-S", "-B", harness, str(request_r), str(reply_w)], fds, spawn_cwd, env, prefix)
 
     def _candidate_job(self, job: TestJob, job_dir: Optional[str]) -> Dict[str, object]:
         limits = self.limits
@@ -132,21 +125,24 @@ class Sandbox:
         }
 
     def _checker_job(self, job: TestJob) -> Dict[str, object]:
+        pre = [_pre_evaluation(test) for test in job.tests] if job.pre_evaluate else None
         return {
-            "tests": list(job.tests), "setup": job.setup, "seed_math": job.seed_math, "pre_evaluate": job.pre_evaluate,
+            "tests": list(job.tests), "pre": pre, "setup": job.setup, "seed_math": job.seed_math,
             "test_timeout_s": job.test_timeout_s, "max_timeouts": job.max_timeouts, "load_timeout_s": self.limits.wall_time_s + 1.0,
             "limits": {"memory_bytes": 2 * self.limits.memory_bytes, "cpu_time_s": self.limits.cpu_time_s, "core_bytes": 0},
         }
 
-    def _collect(self, candidate: subprocess.Popen, checker: subprocess.Popen, started: float, tests: int):
-        """Read the four streams until the checker's result stream closes or the wall limit passes."""
+    def _collect(self, parts: "_JobParts", candidate: subprocess.Popen, checker: subprocess.Popen, started: float, tests: int):
+        """Read the streams until the checker's result stream closes or the wall limit passes."""
         cap = self.limits.max_output_bytes
-        caps = {"stdout": cap, "stderr": cap, "checker": LINE_CAP * (tests + 8), "diagnostics": 16 << 10}
+        caps = {"stdout": cap, "stderr": cap, "checker": LINE_CAP * (tests + 8), "diagnostics": 16 << 10, "info": 4096}
         buffers = {name: bytearray() for name in caps}
         selector = selectors.DefaultSelector()
         for stream, name in ((candidate.stdout, "stdout"), (candidate.stderr, "stderr"), (checker.stdout, "checker"),
                              (checker.stderr, "diagnostics")):
             selector.register(stream, selectors.EVENT_READ, name)
+        if parts.info_fd is not None:
+            selector.register(parts.info_fd, selectors.EVENT_READ, "info")
         deadline = started + self.limits.wall_time_s
         timed_out = False
         try:
@@ -156,12 +152,14 @@ class Sandbox:
                     timed_out = True
                     break
                 for key, _ in selector.select(timeout=min(remaining, 1.0)):
-                    chunk = os.read(key.fileobj.fileno(), 65536)
+                    chunk = os.read(key.fd, 65536)
                     if not chunk:
                         selector.unregister(key.fileobj)
                         continue
                     buffer = buffers[key.data]
                     buffer.extend(chunk[: max(0, caps[key.data] - len(buffer))])
+                    if key.data == "info" and parts.sandbox_pidfd is None:
+                        parts.watch_sandbox(bytes(buffer))  # once the JSON is whole
         finally:
             selector.close()
         return buffers, timed_out
@@ -182,7 +180,78 @@ class Sandbox:
         return report
 
 
+class _JobParts:
+    """What one job holds -- pipes, processes, a user namespace, the sandbox's pid descriptor, a host
+    directory -- and ``end()``, which kills and releases all of it whatever happened."""
+
+    def __init__(self, job_dir: Optional[str]):
+        self.job_dir = job_dir
+        self.processes: List[subprocess.Popen] = []
+        self.child_ends: List[int] = []
+        self.own_ends: List[int] = []
+        self.userns: Optional[int] = None
+        self.info_fd: Optional[int] = None
+        self.sandbox_pidfd: Optional[int] = None
+
+    def pipe(self, child_end: int = -1) -> Tuple[int, int]:
+        """A pipe; ``child_end`` (0: read end, 1: write end, -1: both) goes to a child and is closed
+        here once the children have started."""
+        read, write = os.pipe()
+        ends = (read, write)
+        for index, fd in enumerate(ends):
+            (self.child_ends if child_end in (-1, index) else self.own_ends).append(fd)
+        return ends
+
+    def add(self, process: subprocess.Popen) -> subprocess.Popen:
+        self.processes.append(process)
+        return process
+
+    def user_namespace(self) -> int:
+        self.userns = user_namespaces().acquire()
+        return self.userns
+
+    def close_child_ends(self) -> None:
+        for fd in self.child_ends:
+            os.close(fd)
+        self.child_ends = []
+
+    def watch_sandbox(self, info: bytes) -> None:
+        """Hold a pid descriptor of the sandbox's init (bubblewrap's ``--info-fd`` names it)."""
+        try:
+            pid = json.loads(info.decode())["child-pid"]
+            self.sandbox_pidfd = os.pidfd_open(int(pid))
+        except (ValueError, KeyError, TypeError, OSError, AttributeError):
+            pass
+
+    def end(self) -> None:
+        for process in self.processes:
+            _kill_group(process)
+        if self.sandbox_pidfd is not None:  # the namespace's init: once it is gone, so is every process inside
+            try:
+                signal.pidfd_send_signal(self.sandbox_pidfd, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
+                pass
+            select.select([self.sandbox_pidfd], [], [], 10.0)
+            os.close(self.sandbox_pidfd)
+        for fd in self.child_ends + self.own_ends:
+            os.close(fd)
+        self.child_ends = self.own_ends = []
+        if self.userns is not None:
+            user_namespaces().release(self.userns)
+        if self.job_dir is not None:
+            remove_tree(self.job_dir)
+
+
 # ----------------------------------------------------------------------------- helpers
+
+
+ASSERT_SHAPE = re.compile(r"assert\s+(\w+)\(([^)]*)\)\s*==\s*(.+)")
+"""The original reward's split of ``assert name(args) == expected`` (its pre-evaluation)."""
+
+
+def _pre_evaluation(test: str) -> Optional[Tuple[str, str]]:
+    shape = ASSERT_SHAPE.search(test)
+    return (f"{shape.group(1)}({shape.group(2)})", shape.group(3)) if shape else None
 
 
 def _feed(process: subprocess.Popen, data: bytes) -> None:
