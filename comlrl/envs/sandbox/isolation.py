@@ -43,6 +43,8 @@ import threading
 import warnings
 from typing import Dict, List, Optional, Sequence
 
+from comlrl.envs.sandbox import seccomp
+
 ISOLATION_ENV = "COMLRL_SANDBOX_ISOLATION"
 LEVELS = ("bwrap", "none")
 RETIRED = {"unshare": "it ran the candidate as root with the host's whole file system"}
@@ -185,11 +187,14 @@ def file_system_args(python: str, disk_bytes: int) -> List[str]:
     return args
 
 
-def bwrap_command(python: str, disk_bytes: int, userns_fd: Optional[int], info_fd: Optional[int] = None) -> List[str]:
+def bwrap_command(python: str, disk_bytes: int, userns_fd: Optional[int], info_fd: Optional[int] = None,
+                  seccomp_fd: Optional[int] = None) -> List[str]:
     """The argv prefix that runs a command in the candidate's sandbox; ``userns_fd``: a root
     trainer's namespace from ``UserNamespacePool`` (None: bubblewrap makes its own); ``info_fd``:
-    where bubblewrap writes the sandbox init's host pid."""
+    where bubblewrap writes the sandbox init's host pid; ``seccomp_fd``: a pipe holding
+    ``seccomp.program()``."""
     args = [shutil.which("bwrap") or "bwrap"] + (["--info-fd", str(info_fd)] if info_fd is not None else [])
+    args += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
     if userns_fd is not None:
         args += ["--userns", str(userns_fd), "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
@@ -200,6 +205,19 @@ def bwrap_command(python: str, disk_bytes: int, userns_fd: Optional[int], info_f
 
 
 # ----------------------------------------------------------------------------- probing and choosing
+
+
+def seccomp_pipe() -> Optional[int]:
+    """The read end of a pipe that holds this machine's seccomp program (None: no table here)."""
+    code = seccomp.program()
+    if code is None:
+        return None
+    read, write = os.pipe()
+    try:
+        os.write(write, code)  # a few hundred bytes: always fits in the pipe
+    finally:
+        os.close(write)
+    return read
 
 
 _PROBE = r"""
@@ -214,7 +232,7 @@ try:
 except OSError:
     writable = False
 print(json.dumps({"uid": os.getresuid(), "gid": os.getresgid(), "groups": os.getgroups(), "cap_eff": status["CapEff"].strip(),
-                  "no_new_privs": status["NoNewPrivs"].strip(), "usr_writable": writable,
+                  "no_new_privs": status["NoNewPrivs"].strip(), "usr_writable": writable, "seccomp": status["Seccomp"].strip(),
                   "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())}))
 """ % (RUNTIME_MOUNT, RUNTIME_DIR)
 
@@ -230,16 +248,19 @@ def bwrap_report() -> Dict[str, object]:
         return {"ok": False, "reason": "bubblewrap (bwrap) is not installed"}
     version = subprocess.run([path, "--version"], capture_output=True, text=True).stdout.strip()
     fd = None
+    filter_fd = seccomp_pipe()
     try:
         fd = _POOL.acquire() if os.geteuid() == 0 else None
-        done = subprocess.run(bwrap_command(interpreter(), 1 << 20, fd) + [interpreter(), "-I", "-S", "-B", "-c", _PROBE],
-                              capture_output=True, text=True, timeout=30, pass_fds=(fd,) if fd is not None else (),
-                              env={"PATH": "/usr/bin:/bin"})
+        fds = tuple(f for f in (fd, filter_fd) if f is not None)
+        done = subprocess.run(bwrap_command(interpreter(), 1 << 20, fd, seccomp_fd=filter_fd) + [interpreter(), "-I", "-S", "-B", "-c", _PROBE],
+                              capture_output=True, text=True, timeout=30, pass_fds=fds, env={"PATH": "/usr/bin:/bin"})
     except (OSError, subprocess.SubprocessError) as error:
         return {"ok": False, "reason": f"bubblewrap could not start: {error}", "version": version}
     finally:
         if fd is not None:
             _POOL.release(fd)
+        if filter_fd is not None:
+            os.close(filter_fd)
     if done.returncode != 0:
         return {"ok": False, "reason": f"bubblewrap failed: {done.stderr.strip()[-400:]}", "version": version}
     seen = json.loads(done.stdout)
@@ -247,6 +268,7 @@ def bwrap_report() -> Dict[str, object]:
         (0 in seen["uid"] or 0 in seen["gid"] or seen["groups"], "the candidate would keep uid/gid 0 or groups"),
         (seen["cap_eff"].strip("0"), f"the candidate would keep capabilities ({seen['cap_eff']})"),
         (seen["no_new_privs"] != "1", "no_new_privs is not set"), (seen["usr_writable"], "/usr is writable"),
+        (filter_fd is not None and seen["seccomp"] != "2", "the seccomp filter is not in force"),
     ) if bad]
     if problems:
         return {"ok": False, "reason": "; ".join(problems), "version": version}
@@ -310,7 +332,7 @@ def describe_isolation(level: str, requested: str) -> Dict[str, object]:
         report = bwrap_report()
         out.update(bwrap=report.get("version"), candidate_uid=NOBODY, candidate_host_uid=report.get("host_uid"),
                    namespaces=["user", "pid", "net", "ipc", "uts", "mount", "cgroup (where available)"],
-                   capabilities="none; no_new_privs; no nested user namespaces",
+                   capabilities="none; no_new_privs; no nested user namespaces", seccomp=seccomp.describe(),
                    file_system="read-only /usr and interpreter prefix; private tmpfs work dir; no home, /tmp, /etc, /run or datasets",
                    network="none (own network namespace: no IPv4, IPv6 or abstract unix sockets to the host)")
     else:

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from comlrl.envs.sandbox import wire
 from comlrl.envs.sandbox.isolation import (
-    RUNTIME_DIR, RUNTIME_MOUNT, WORKDIR, bwrap_command, describe_isolation, interpreter, resolve_isolation,
+    RUNTIME_DIR, RUNTIME_MOUNT, WORKDIR, bwrap_command, describe_isolation, interpreter, resolve_isolation, seccomp_pipe,
     user_namespaces,
 )
 from comlrl.envs.sandbox.jobs import LINE_CAP, SandboxLimits, TestJob, TestReport, parse_results
@@ -38,6 +38,8 @@ from comlrl.envs.sandbox.jobs import LINE_CAP, SandboxLimits, TestJob, TestRepor
 HARNESS = os.path.join(RUNTIME_DIR, "harness.py")
 CHECKER = os.path.join(RUNTIME_DIR, "checker.py")
 PATH = "/usr/local/bin:/usr/bin:/bin"
+FLUSH_S = 0.5
+"""Seconds the candidate's stdout and stderr are still read after the checker is done."""
 FS_IOC_GETFLAGS, FS_IOC_SETFLAGS = 0x80086601, 0x40086602
 LOCK_FLAGS = 0x10 | 0x20  # FS_IMMUTABLE_FL | FS_APPEND_FL
 
@@ -105,8 +107,11 @@ class Sandbox:
             userns = parts.user_namespace() if os.geteuid() == 0 else None
             info_r, info_w = parts.pipe(child_end=1)
             parts.info_fd = info_r
-            fds += (info_w,) + ((userns,) if userns is not None else ())
-            prefix = bwrap_command(self.python, self.limits.disk_bytes, userns, info_fd=info_w)
+            filter_fd = seccomp_pipe()
+            if filter_fd is not None:
+                parts.child_ends.append(filter_fd)
+            fds += tuple(fd for fd in (info_w, userns, filter_fd) if fd is not None)
+            prefix = bwrap_command(self.python, self.limits.disk_bytes, userns, info_fd=info_w, seccomp_fd=filter_fd)
             harness, cwd, spawn_cwd = RUNTIME_MOUNT + "/harness.py", WORKDIR, "/"
         else:
             prefix, harness, cwd, spawn_cwd = [], HARNESS, parts.job_dir, parts.job_dir
@@ -133,7 +138,8 @@ class Sandbox:
         }
 
     def _collect(self, parts: "_JobParts", candidate: subprocess.Popen, checker: subprocess.Popen, started: float, tests: int):
-        """Read the streams until the checker's result stream closes or the wall limit passes."""
+        """Read the streams until the checker's result stream closes (then the candidate's, for at most
+        ``FLUSH_S``) or the wall limit passes."""
         cap = self.limits.max_output_bytes
         caps = {"stdout": cap, "stderr": cap, "checker": LINE_CAP * (tests + 8), "diagnostics": 16 << 10, "info": 4096}
         buffers = {name: bytearray() for name in caps}
@@ -145,11 +151,17 @@ class Sandbox:
             selector.register(parts.info_fd, selectors.EVENT_READ, "info")
         deadline = started + self.limits.wall_time_s
         timed_out = False
+        flush_deadline = None
         try:
-            while any(key.data == "checker" for key in selector.get_map().values()):
-                remaining = deadline - time.monotonic()
+            while True:
+                streams = {key.data for key in selector.get_map().values()}
+                if "checker" not in streams:  # the checker is done: let the candidate flush its output and exit
+                    if not {"stdout", "stderr"} & streams:
+                        break
+                    flush_deadline = flush_deadline or time.monotonic() + FLUSH_S
+                remaining = min(deadline, flush_deadline or deadline) - time.monotonic()
                 if remaining <= 0:
-                    timed_out = True
+                    timed_out = "checker" in streams
                     break
                 for key, _ in selector.select(timeout=min(remaining, 1.0)):
                     chunk = os.read(key.fd, 65536)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +21,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
+
+import pytest
+
+from comlrl.envs.sandbox.isolation import RUNTIME_DIR
 
 ROW = {
     "task_id": "sandbox/add",
@@ -65,6 +70,34 @@ def escape_main(source: str, *, hook: bool = True, at_load: bool = False) -> str
 
 
 WRONG_TWIN = "def add(a, b, _memo={}):\n    return a - b"
+
+FRAME = (
+    "import os, struct, sys\nREPLY = int(sys.argv[-1])\n"
+    "def s(b):\n    return b's' + struct.pack('>I', len(b)) + b\n"
+    "def t(*items):\n    return b't' + struct.pack('>I', len(items)) + b''.join(items)\n"
+    "def i(v):\n    return b'i' + struct.pack('>I', 8) + v.to_bytes(8, 'big', signed=True)\n"
+    "def enc(v):\n"
+    "    if v is True:\n        return b'T'\n"
+    "    if isinstance(v, int):\n        return i(v)\n"
+    "    if isinstance(v, str):\n        return s(v.encode())\n"
+    "    if isinstance(v, dict):\n        return b'd' + struct.pack('>I', len(v)) + b''.join(enc(k) + enc(x) for k, x in v.items())\n"
+    "    if isinstance(v, list):\n        return b'l' + struct.pack('>I', len(v)) + b''.join(map(enc, v))\n"
+    "    return t(*map(enc, v))\n"
+    "def frame(v):\n    p = enc(v)\n    return struct.pack('>I', len(p)) + p\n"
+    "def send(payload, length=None):\n    os.write(REPLY, struct.pack('>I', len(payload) if length is None else length) + payload)\n"
+)
+"""Source an attack prepends to speak the sandbox's wire format on its own (the protocol is public)."""
+
+LEVELS = [pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None,
+                                                         reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")),
+          "none"]
+"""Every isolation level: bubblewrap where installed, and ``none``, asked for by name."""
+
+
+def runtime_hashes() -> Dict[str, str]:
+    """sha256 of the sandbox's own scripts on the host (an attack must never change them)."""
+    return {name: hashlib.sha256(open(os.path.join(RUNTIME_DIR, name), "rb").read()).hexdigest()
+            for name in sorted(os.listdir(RUNTIME_DIR)) if name.endswith(".py")}
 
 
 @dataclass

@@ -138,6 +138,12 @@ PROCESS = {
         "import os\ndef attack():\n    for pid in os.listdir('/proc'):\n        try:\n"
         "            if b'comlrl-sentinel' in open('/proc/%s/cmdline' % pid, 'rb').read():\n                return True\n"
         "        except OSError:\n            pass\n    return str(H['trainer']) in os.listdir('/proc') and os.path.exists('/proc/%d/cmdline' % H['trainer'])"),
+    "proc_kernel_attack_surface": (
+        "import ctypes\ndef attack():\n    libc = ctypes.CDLL(None, use_errno=True)\n    libc.syscall.restype = ctypes.c_long\n"
+        "    buf = ctypes.create_string_buffer(128)\n    ctypes.memmove(buf, bytes([1, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 1, 0, 0, 0]), 16)\n"
+        "    calls = [(323, 1), (425, 1, buf), (321, 0, buf, 128), (250, 0, ctypes.c_long(-4), 0), (298, buf, 0, -1, -1, 0),\n"
+        "             (135, ctypes.c_ulong(0xffffffff)), (101, 0, 0, 0, 0)]  # userfaultfd io_uring bpf keyctl perf personality ptrace\n"
+        "    return any(libc.syscall(*call) >= 0 for call in calls)"),
     "proc_identity_root_or_capabilities": (
         "import os\ndef attack():\n    status = open('/proc/self/status').read()\n    caps = [l.split()[1] for l in status.splitlines() if l.startswith('CapEff')][0]\n"
         "    nnp = [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs')][0]\n"

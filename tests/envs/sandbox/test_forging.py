@@ -12,7 +12,6 @@ harm nothing outside the candidate's own process).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,23 +20,9 @@ import warnings
 import pytest
 
 from comlrl.envs import get_environment
-from comlrl.envs.sandbox.isolation import RUNTIME_DIR
 
-from .attacks import ROW
+from .attacks import FRAME, LEVELS, ROW, runtime_hashes
 
-LEVELS = [pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")),
-          "none"]
-FRAME = (
-    "import os, struct, sys\n"
-    "def enc(v):\n"
-    "    if v is True: return b'T'\n"
-    "    if isinstance(v, int): r = v.to_bytes(8, 'big', signed=True); return b'i' + struct.pack('>I', 8) + r\n"
-    "    if isinstance(v, str): r = v.encode(); return b's' + struct.pack('>I', len(r)) + r\n"
-    "    if isinstance(v, dict): return b'd' + struct.pack('>I', len(v)) + b''.join(enc(k) + enc(x) for k, x in v.items())\n"
-    "    if isinstance(v, list): return b'l' + struct.pack('>I', len(v)) + b''.join(map(enc, v))\n"
-    "    return b't' + struct.pack('>I', len(v)) + b''.join(map(enc, v))\n"
-    "def frame(v):\n    p = enc(v)\n    return struct.pack('>I', len(p)) + p\n"
-)
 # name -> (default-argument expression run at load, statements run at call, returned expression)
 FORGERIES = {
     "patch_the_harness_runner": ("exec(\"import __main__\\n__main__.run_assert = lambda *a, **k: None\\n"
@@ -128,15 +113,10 @@ def test_a_forgery_scores_no_more_than_the_wrong_answer(forgery, placement, scor
     # and + 1.5 when main calls aux (cooperation needs one passed test)
     assert twin == pytest.approx(TWIN[placement])
     assert hostile <= twin, f"{forgery} ({placement}, {level}) scored {hostile} > {twin}"
-    assert _runtime_hashes() == RUNTIME_BEFORE  # the sandbox's own scripts on the host are unchanged
+    assert runtime_hashes() == RUNTIME_BEFORE  # the sandbox's own scripts on the host are unchanged
 
 
-def _runtime_hashes():
-    return {name: hashlib.sha256(open(os.path.join(RUNTIME_DIR, name), "rb").read()).hexdigest()
-            for name in sorted(os.listdir(RUNTIME_DIR)) if name.endswith(".py")}
-
-
-RUNTIME_BEFORE = _runtime_hashes()
+RUNTIME_BEFORE = runtime_hashes()
 
 
 def test_enough_forgeries():

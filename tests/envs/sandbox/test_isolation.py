@@ -17,7 +17,7 @@ import warnings
 import pytest
 
 from comlrl.envs import get_environment
-from comlrl.envs.sandbox import Sandbox, SandboxIsolationWarning, SandboxUnavailableError, TestJob, isolation, remove_tree
+from comlrl.envs.sandbox import Sandbox, SandboxIsolationWarning, SandboxUnavailableError, TestJob, isolation, remove_tree, seccomp
 
 from .attacks import DISARM
 
@@ -103,6 +103,7 @@ def test_the_record_of_a_bubblewrap_environment(monkeypatch):
     assert record == env.sandbox.describe() and json.loads(json.dumps(record)) == record
     assert record["level"] == "bwrap" and record["contained"] is True and record["requested"] == "auto"
     assert record["candidate_uid"] == 65534 and record["bwrap"].startswith("bubblewrap")
+    assert record["seccomp"] == seccomp.describe()
     assert record["candidate_host_uid"] == (65534 if os.geteuid() == 0 else os.geteuid())
 
 
@@ -110,7 +111,7 @@ IDENTITY = DISARM + """
 import os, socket
 status = dict(line.split(':', 1) for line in open('/proc/self/status'))
 uid, gid, groups = os.getresuid(), os.getresgid(), os.getgroups()
-cap_eff, cap_prm, nnp = status['CapEff'].strip(), status['CapPrm'].strip(), status['NoNewPrivs'].strip()
+cap_eff, cap_prm, nnp, filtered = status['CapEff'].strip(), status['CapPrm'].strip(), status['NoNewPrivs'].strip(), status['Seccomp'].strip()
 root = sorted(os.listdir('/'))
 pids = [p for p in os.listdir('/proc') if p.isdigit()]
 hostname = socket.gethostname()
@@ -126,6 +127,7 @@ def test_what_the_candidate_is_inside_bubblewrap():
     tests = [
         "assert uid == (65534, 65534, 65534) and gid == (65534, 65534, 65534) and groups == []",
         "assert int(cap_eff, 16) == 0 and int(cap_prm, 16) == 0 and nnp == '1'",
+        f"assert filtered == {'2' if seccomp.program() is not None else '0'!r}",  # the seccomp filter (x86-64, AArch64)
         "assert set(root) <= {'bin', 'dev', 'lib', 'lib32', 'lib64', 'libx32', 'opt', 'proc', 'root', 'sandbox', 'sbin', 'tmp', 'usr'}",
         "assert 'etc' not in root and 'home' not in root and 'work' not in root and 'run' not in root",
         "assert len(pids) <= 3 and hostname == 'sandbox' and interfaces == ['lo']",

@@ -10,28 +10,15 @@ are checked where the text goes next: the report, and the feedback prompt of the
 
 from __future__ import annotations
 
-import hashlib
-import os
-import shutil
 import warnings
 
 import pytest
 
 from comlrl.envs import get_environment
 from comlrl.envs.sandbox import Sandbox, SandboxLimits, TestJob
-from comlrl.envs.sandbox.isolation import RUNTIME_DIR
 
-from .attacks import ROW
+from .attacks import FRAME, LEVELS, ROW, runtime_hashes
 
-LEVELS = [pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")),
-          "none"]
-FRAME = (
-    "import os, struct, sys\nREPLY = int(sys.argv[-1])\n"
-    "def s(b):\n    return b's' + struct.pack('>I', len(b)) + b\n"
-    "def t(*items):\n    return b't' + struct.pack('>I', len(items)) + b''.join(items)\n"
-    "def i(v):\n    return b'i' + struct.pack('>I', 8) + v.to_bytes(8, 'big', signed=True)\n"
-    "def send(payload, length=None):\n    os.write(REPLY, struct.pack('>I', len(payload) if length is None else length) + payload)\n"
-)
 EMPTY = b"l\\x00\\x00\\x00\\x00"
 JUNK = {
     "brackets_on_every_argv_fd": "for fd in sys.argv[1:]:\n    try:\n        os.write(int(fd), b'[' * 200000 + b'\\n')\n    except OSError:\n        pass",
@@ -74,13 +61,9 @@ TWIN = "def add(a, b, _f=None):\n    return a - b"
 NAMES = list(JUNK) + list(VALUES)
 
 
-def _hashes():
-    return {n: hashlib.sha256(open(os.path.join(RUNTIME_DIR, n), "rb").read()).hexdigest() for n in sorted(os.listdir(RUNTIME_DIR)) if n.endswith(".py")}
-
-
 @pytest.fixture(scope="module", params=LEVELS)
 def scored(request):
-    before = _hashes()
+    before = runtime_hashes()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         env = get_environment("humaneval", num_turns=1, num_agents=1, isolation=request.param, test_timeout_s=0.5, max_timeouts=2,
@@ -95,7 +78,7 @@ def test_junk_from_the_candidate_scores_no_more_than_the_wrong_answer(name, scor
     level, rewards, twin, before = scored
     assert twin == pytest.approx(1.35)  # 0.6 + 0.5 + 1/4: a - b passes add(0, 0) == 0 only
     assert rewards[name] <= twin, f"{name} ({level}) scored {rewards[name]} > {twin}"
-    assert _hashes() == before
+    assert runtime_hashes() == before
 
 
 def test_enough_junk():

@@ -1,8 +1,9 @@
 """The sandbox runner: limits, timeouts, exits, output caps and batches, on every isolation level here.
 
-These are the runner's everyday duties with the audit hook in place (the attacks that switch it
-off, and what contains them, are in test_containment.py). Every test runs under bubblewrap (skipped
-only where ``bwrap`` is not installed) and under ``none``, which each test here asks for by name.
+The runner's everyday duties (limits, timeouts, exits, output caps, batches) run under bubblewrap
+(skipped only where ``bwrap`` is not installed) and under ``none``, which the tests ask for by name;
+the audit hook's own tests run under ``none`` only, where it is the one fence (the attacks that
+switch it off, and what contains them, are in test_containment.py).
 After each, the test process is alive, no sandboxed process is left, and a normal job still passes.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -34,6 +34,16 @@ def sandbox(request):
         return Sandbox(FAST, isolation=request.param, workers=2)
 
 
+@pytest.fixture
+def hooked():
+    """``none`` only: there the audit hook is the one fence, so these tests are about it (under
+    bubblewrap the same attacks, and their versions with the hook switched off, are in
+    test_containment.py)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Sandbox(FAST, isolation="none", workers=2)
+
+
 def still_healthy(sandbox: Sandbox) -> None:
     """The trainer can still start processes and score a correct candidate; no harness survives."""
     assert subprocess.run(["true"]).returncode == 0
@@ -49,7 +59,7 @@ def still_healthy(sandbox: Sandbox) -> None:
             assert HARNESS.encode() not in cmdline and RUNTIME_MOUNT.encode() not in cmdline, f"a sandboxed process ({pid}) outlived its job"
 
 
-def test_fork_bomb(sandbox):
+def test_fork_bomb(hooked):
     bombs = [
         "import os\nwhile True:\n    os.fork()",
         "import subprocess\nwhile True:\n    subprocess.Popen(['sh', '-c', ':(){ :|:& };:'])",
@@ -58,13 +68,13 @@ def test_fork_bomb(sandbox):
         "import multiprocessing\nwhile True:\n    multiprocessing.Process(target=print).start()",
     ]
     for code in bombs:
-        report = sandbox.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
         assert report.passed == 0 and not report.loaded, code
         assert "PermissionError" in (report.load_error or ""), (code, report.load_error)
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_rm_rf_of_the_users_home(sandbox, tmp_path, monkeypatch):
+def test_rm_rf_of_the_users_home(hooked, tmp_path, monkeypatch):
     home = tmp_path / "fake-home"
     (home / "projects").mkdir(parents=True)
     precious = home / "projects" / "thesis.tex"
@@ -88,13 +98,13 @@ except Exception:
     pass
 """
     # the fake home is the sandbox's own empty HOME inside; the real one is never touched
-    report = sandbox.run(TestJob(code=code, tests=["assert succeeded == []"]))
+    report = hooked.run(TestJob(code=code, tests=["assert succeeded == []"]))
     assert report.passed == 1, report.results
     assert precious.read_text() == "years of work"
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_environment_secrets_are_not_readable_or_exfiltrated(sandbox, tmp_path, monkeypatch):
+def test_environment_secrets_are_not_readable_or_exfiltrated(hooked, tmp_path, monkeypatch):
     secret = "sk-comlrl-test-9f3b2c1d"
     home = tmp_path / "home"
     home.mkdir()
@@ -122,14 +132,14 @@ sys.stderr.write(leak)
 def stolen():
     return {secret!r} in leak
 """
-    report = sandbox.run(TestJob(code=code, tests=["assert stolen()"]))
+    report = hooked.run(TestJob(code=code, tests=["assert stolen()"]))
     assert report.loaded and report.passed == 0
     assert secret not in report.stdout and secret not in report.stderr
     assert "FAKE_PROVIDER_API_KEY" not in report.stdout
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_no_socket_to_localhost(sandbox):
+def test_no_socket_to_localhost(hooked):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -155,7 +165,7 @@ def connect():
     s.sendall(b"exfiltrated")
     return True
 """
-    report = sandbox.run(TestJob(code=code, tests=["assert connect()"]))
+    report = hooked.run(TestJob(code=code, tests=["assert connect()"]))
     time.sleep(0.3)  # a connection the child might have opened would be accepted by now
     done.set()
     thread.join()
@@ -163,7 +173,7 @@ def connect():
     assert report.passed == 0
     assert report.results[0].error_type == "PermissionError"
     assert accepted == []
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
 def test_memory_bomb(sandbox):
@@ -194,7 +204,7 @@ def test_infinite_loop(sandbox):
     still_healthy(sandbox)
 
 
-def test_killing_the_parent(sandbox):
+def test_killing_the_parent(hooked):
     me = os.getpid()
     attacks = [
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
@@ -203,13 +213,13 @@ def test_killing_the_parent(sandbox):
         f"import signal\nsignal.pthread_kill({threading.get_ident()}, signal.SIGKILL)",
     ]
     for code in attacks:
-        report = sandbox.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
         assert report.passed == 0, code
     assert os.getpid() == me
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_writing_outside_the_temporary_directory(sandbox, tmp_path):
+def test_writing_outside_the_temporary_directory(hooked, tmp_path):
     targets = [tmp_path / f"outside-{i}.txt" for i in range(5)]
     code = f"""
 import os, pathlib, shutil
@@ -232,14 +242,14 @@ for attempt in attempts:
 def wrote_inside():
     return open("inside.txt").read() == "fine"
 """
-    report = sandbox.run(TestJob(code=code, tests=["assert wrote_inside()", "assert None in errors"]))
+    report = hooked.run(TestJob(code=code, tests=["assert wrote_inside()", "assert None in errors"]))
     assert [r.status for r in report.results] == ["pass", "fail"]
     assert not any(path.exists() or path.is_symlink() for path in targets)
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_a_gigabyte_of_output(sandbox):
-    code = "import sys, os\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()\n"
+def test_a_flood_of_output(sandbox):
+    code = "import sys, os\nfor _ in range(256):\n    sys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()\n"
     code += "for _ in range(64):\n    os.write(2, b'y' * (1 << 20))\ndef f():\n    return 1"
     report = sandbox.run(TestJob(code=code, tests=["assert f() == 1"]))
     cap = sandbox.limits.max_output_bytes
