@@ -94,10 +94,15 @@ def remote_exception(name, message):
 
 
 class Remote:
-    """An object kept by the candidate; every use is a request over the pipes."""
+    """An object kept by the candidate; every use is a request over the pipes.
+
+    Only requests that send nothing of the test's own values are offered: a call (its arguments
+    are the test's inputs, as in any call), ``next``, ``iter``, ``len`` and ``bool``. Equality,
+    ordering, hashing, ``in`` and ``str`` are the checker's own (identity; ``in`` iterates here),
+    so an expected value never reaches the candidate."""
 
     __slots__ = ("_link", "_handle", "_name")
-    kind = b""
+    kind = b"o"
 
     def __init__(self, link, handle, name=""):
         self._link = link
@@ -106,6 +111,18 @@ class Remote:
 
     def __repr__(self):
         return f"<sandboxed {type(self).__name__} {self._name or self._handle}>"
+
+    def __bool__(self):
+        value = self._link.request("bool", self._handle)
+        if type(value) is not bool:
+            raise TypeError("__bool__ should return bool")
+        return value
+
+    def __len__(self):
+        value = self._link.request("len", self._handle)
+        if type(value) is not int or value < 0:
+            raise TypeError("__len__ should return a non-negative int")
+        return value
 
 
 class RemoteFunction(Remote):
@@ -135,7 +152,7 @@ class RemoteIterable(Remote):
         return self._link.request("iter", self._handle)
 
 
-PROXIES = {cls.kind: cls for cls in (RemoteFunction, RemoteIterator, RemoteIterable)}
+PROXIES = {cls.kind: cls for cls in (Remote, RemoteFunction, RemoteIterator, RemoteIterable)}
 
 
 def mirror(old, new):

@@ -28,12 +28,13 @@ and serve requests until ``("exit",)`` or end of input:
     ("call", seq, handle, args, kwargs, budget_s) -> ("return", seq, value, mutated args, mutated kwargs)
     ("next", seq, handle, (), {}, budget_s)       -> ("return", seq, value, [], {}) | ("stop", seq)
     ("iter", seq, handle, (), {}, budget_s)       -> ("return", seq, iterator reference, [], {})
+    ("len" | "bool", seq, handle, (), {}, budget_s) -> ("return", seq, int | bool, [], {})
     any of them                                   -> ("raise", seq, type name, message)
                                                    | ("timeout", seq) | ("error", seq, message)
 
 Each request runs under a ``budget_s`` alarm that raises ``TestTimeout`` (a BaseException, so
-``except Exception`` in candidate code does not swallow it). Functions, iterators and other
-iterables travel as references kept in a table here; lists, dicts, sets and bytearrays passed as
+``except Exception`` in candidate code does not swallow it). Functions, iterators, other iterables
+and any other object that is not plain data travel as references kept in a table here; lists, dicts, sets and bytearrays passed as
 arguments come back after the call, so the checker can mirror in-place mutation.
 """
 
@@ -200,7 +201,7 @@ class Server:
             raise TestTimeout("test execution timed out")
 
     def as_ref(self, obj):
-        """A reference for a function, iterator or iterable; None for anything else."""
+        """A reference for an object that is not plain data: a function, iterator, iterable or other."""
         kind = type(obj)
         if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
             letter = b"i"
@@ -209,7 +210,7 @@ class Server:
         elif hasattr(kind, "__iter__"):
             letter = b"r"
         else:
-            return None
+            letter = b"o"
         handle = self.handles.get(id(obj))
         if handle is None:
             if len(self.objects) >= MAX_HANDLES:
@@ -264,6 +265,10 @@ class Server:
             return next(target)
         if op == "iter":
             return iter(target)
+        if op == "len":
+            return len(target)
+        if op == "bool":
+            return bool(target)
         raise wire.WireError(f"unknown request {op!r}")
 
     def answer(self, op, seq, target, args, kwargs, budget):

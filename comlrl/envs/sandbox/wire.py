@@ -5,9 +5,11 @@ Both ends import this file: the checker and the candidate harness run it as the 
 ``comlrl.envs.sandbox.wire``. It imports nothing of comlrl.
 
 Values: None, bool, int, float, complex, str, bytes, and list / tuple / dict / set / frozenset of
-values, plus *references* (``Ref``: a kind letter and a handle number) that stand for objects kept
-on the other side (a function, an iterator). Nothing else can be written, so nothing else can be
-read: the decoder builds builtin objects only, never calls anything of the sender's.
+values; dict keys / items / values views, range, deque, Fraction and Decimal, rebuilt as themselves
+from their plain contents; and *references* (``Ref``: a kind letter and a handle number) that stand
+for objects kept on the other side (a function, an iterator, an iterable, any other object).
+Nothing else can be written, so nothing else can be read: the decoder builds builtin and standard
+library objects from plain data only, and never calls anything of the sender's.
 
 Encoding (big-endian): one tag byte, then
 
@@ -18,6 +20,8 @@ Encoding (big-endian): one tag byte, then
     b <u32 n> <n>    bytes
     l t S Z <u32 n>  list, tuple, set, frozenset of n values
     d <u32 n>        dict of n key, value pairs
+    K I V Q <u32 n>  dict keys / items / values view, deque of n values
+    g q x <u32 n>    range (start, stop, step), Fraction (numerator, denominator), Decimal (its str)
     R <kind> <u32>   a reference
 
 A frame on a pipe is ``<u32 length> <encoded value>``. ``decode`` is iterative (no recursion, so
@@ -29,18 +33,59 @@ bytes; any violation raises ``WireError``.
 import os
 import select
 import struct
+import sys
 import time
 
 MAX_DEPTH = 200
 MAX_ITEMS = 1 << 20
 MAX_FRAME = 16 << 20
 MAX_INT_BYTES = 1 << 16
-REF_KINDS = (b"f", b"i", b"r")  # function, iterator, iterable
+REF_KINDS = (b"f", b"i", b"r", b"o")  # function, iterator, iterable, any other object
 
 _U32 = struct.Struct(">I")
 _F64 = struct.Struct(">d")
 _C128 = struct.Struct(">dd")
-_CONTAINERS = {b"l": list, b"t": tuple, b"S": set, b"Z": frozenset, b"d": dict}
+
+
+def _fraction(items):
+    import fractions
+
+    numerator, denominator = items
+    if type(numerator) is not int or type(denominator) is not int:
+        raise TypeError("a Fraction is two ints")
+    return fractions.Fraction(numerator, denominator)
+
+
+def _decimal(items):
+    import decimal
+
+    (text,) = items
+    if type(text) is not str:
+        raise TypeError("a Decimal is one str")
+    return decimal.Decimal(text)
+
+
+def _range(items):
+    if len(items) != 3 or any(type(i) is not int for i in items):
+        raise TypeError("a range is three ints")
+    return range(*items)
+
+
+def _deque(items):
+    import collections
+
+    return collections.deque(items)
+
+
+# tag -> (values per item, builder from the list of values)
+_CONTAINERS = {
+    b"l": (1, list), b"t": (1, tuple), b"S": (1, set), b"Z": (1, frozenset),
+    b"d": (2, lambda items: dict(zip(items[0::2], items[1::2]))),
+    b"K": (1, lambda items: dict.fromkeys(items).keys()), b"I": (1, lambda items: dict(items).items()),
+    b"V": (1, lambda items: dict(enumerate(items)).values()), b"Q": (1, _deque), b"g": (1, _range),
+    b"q": (1, _fraction), b"x": (1, _decimal),
+}
+_VIEWS = (type({}.keys()), type({}.items()), type({}.values()))
 
 
 class WireError(ValueError):
@@ -116,6 +161,11 @@ def encode(value, as_ref=None, max_bytes=MAX_FRAME, max_depth=MAX_DEPTH):
                 walk(item, depth + 1)
         elif isinstance(v, Ref):
             put(b"R" + v.kind + _U32.pack(v.handle))
+        elif _rebuilt(v) is not None:
+            tag, items = _rebuilt(v)
+            put(tag + _U32.pack(len(items)))
+            for item in items:
+                walk(item, depth + 1)
         else:
             ref = as_ref(v) if as_ref is not None else None
             if not isinstance(ref, Ref):
@@ -124,6 +174,23 @@ def encode(value, as_ref=None, max_bytes=MAX_FRAME, max_depth=MAX_DEPTH):
 
     walk(value, 0)
     return b"".join(out)
+
+
+def _rebuilt(v):
+    """(tag, items) for the builtin and standard-library types the other side rebuilds as they are:
+    dict views, range, deque, Fraction, Decimal (None for anything else)."""
+    if isinstance(v, _VIEWS):
+        return (b"K", list(v)) if isinstance(v, _VIEWS[0]) else (b"I", list(v)) if isinstance(v, _VIEWS[1]) else (b"V", list(v))
+    if isinstance(v, range):
+        return b"g", [v.start, v.stop, v.step]
+    modules = sys.modules
+    if "collections" in modules and isinstance(v, modules["collections"].deque):
+        return b"Q", list(v)
+    if "fractions" in modules and isinstance(v, modules["fractions"].Fraction):
+        return b"q", [v.numerator, v.denominator]
+    if "decimal" in modules and isinstance(v, modules["decimal"].Decimal):
+        return b"x", [str(v)]
+    return None
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -184,13 +251,11 @@ def _scalar(tag, cur, make_ref):
     raise WireError(f"unknown tag {tag!r}")
 
 
-def _build(kind, items):
+def _build(builder, items):
     try:
-        if kind is dict:
-            return dict(zip(items[0::2], items[1::2]))
-        return kind(items)
-    except TypeError as error:  # an unhashable key or set member
-        raise WireError(f"bad {kind.__name__}: {error}") from None
+        return builder(items)
+    except (TypeError, ValueError, ArithmeticError) as error:  # an unhashable key, a zero denominator ...
+        raise WireError(f"a malformed container: {error}") from None
 
 
 def decode(data, make_ref=None, max_depth=MAX_DEPTH, max_items=MAX_ITEMS):
@@ -205,17 +270,17 @@ def decode(data, make_ref=None, max_depth=MAX_DEPTH, max_items=MAX_ITEMS):
         if count > max_items:
             raise WireError(f"more than {max_items} values")
         tag = cur.take(1).tobytes()
-        kind = _CONTAINERS.get(tag)
-        if kind is not None:
-            n = cur.u32() * (2 if kind is dict else 1)
+        container = _CONTAINERS.get(tag)
+        if container is not None:
+            n = cur.u32() * container[0]
             if n > cur.left():
                 raise WireError("a container declares more items than the data holds")
             if n:
                 if len(stack) >= max_depth:
                     raise WireError(f"nested deeper than {max_depth} levels")
-                stack.append([kind, [], n])
+                stack.append([container[1], [], n])
                 continue
-            value = _build(kind, [])
+            value = _build(container[1], [])
         else:
             value = _scalar(tag, cur, make_ref)
         while True:  # hand the finished value to its container, closing every container it completes
