@@ -10,6 +10,7 @@ every process in it. Nothing the candidate writes is parsed by the trainer.
 
 from __future__ import annotations
 
+import ast
 import fcntl
 import json
 import os
@@ -132,7 +133,7 @@ class Sandbox:
     def _checker_job(self, job: TestJob) -> Dict[str, object]:
         pre = [_pre_evaluation(test) for test in job.tests] if job.pre_evaluate else None
         return {
-            "tests": list(job.tests), "pre": pre, "setup": job.setup, "seed_math": job.seed_math,
+            "tests": list(job.tests), "pre": pre, "setup": needed_setup(job.setup, job.tests), "seed_math": job.seed_math,
             "test_timeout_s": job.test_timeout_s, "max_timeouts": job.max_timeouts, "load_timeout_s": self.limits.wall_time_s + 1.0,
             "limits": {"memory_bytes": 2 * self.limits.memory_bytes, "cpu_time_s": self.limits.cpu_time_s, "core_bytes": 0},
         }
@@ -264,6 +265,24 @@ ASSERT_SHAPE = re.compile(r"assert\s+(\w+)\(([^)]*)\)\s*==\s*(.+)")
 def _pre_evaluation(test: str) -> Optional[Tuple[str, str]]:
     shape = ASSERT_SHAPE.search(test)
     return (f"{shape.group(1)}({shape.group(2)})", shape.group(3)) if shape else None
+
+
+def needed_setup(setup: str, tests: Sequence[str]) -> str:
+    """``setup`` without the import statements whose names no test mentions (``from typing import
+    List`` costs the checker ~14 ms of CPU and no assert uses it); every other statement is kept."""
+    try:
+        tree = ast.parse(setup or "")
+    except (SyntaxError, ValueError):
+        return setup
+    words = set(re.findall(r"[A-Za-z_]\w*", "\n".join(tests)))
+    keep = []
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and all(alias.name != "*" for alias in node.names):
+            bound = {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+            if not bound & words:
+                continue
+        keep.append(ast.get_source_segment(setup, node) or "")
+    return "\n".join(keep)
 
 
 def _feed(process: subprocess.Popen, data: bytes) -> None:
