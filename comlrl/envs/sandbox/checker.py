@@ -26,6 +26,8 @@ stdout as ``wire`` frames of dicts: ``{"event": "load" | "test" | "candidate" | 
 (It imports neither ``re`` nor ``json``: starting fast is part of the sandbox's cost.)
 """
 
+from __future__ import annotations
+
 import builtins
 import os
 import resource
@@ -57,7 +59,7 @@ class CandidateGone(Exception):
     """The candidate exited, or broke the protocol: it can answer nothing more."""
 
 
-def clean(text, cap=MESSAGE_CAP):
+def clean(text: object, cap: int = MESSAGE_CAP) -> str:
     """``text`` as a capped, valid-UTF-8 string without control characters (newline and tab kept)."""
     text = text if isinstance(text, str) else repr(text)
     return text[:cap].encode("utf-8", "replace").decode("utf-8").translate(CONTROL)
@@ -69,7 +71,7 @@ _DYNAMIC = {}
 CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 
 
-def remote_exception(name, message):
+def remote_exception(name: object, message: object) -> Exception:
     """An exception standing for the candidate's: the builtin ``Exception`` type of that name, else
     a new ``Exception`` subclass called ``name`` -- so a candidate's StopIteration, SystemExit or
     KeyboardInterrupt is an ordinary error here, never control flow of the asserts. Its message is
@@ -104,21 +106,21 @@ class Remote:
     __slots__ = ("_link", "_handle", "_name")
     kind = b"o"
 
-    def __init__(self, link, handle, name=""):
+    def __init__(self, link: Link, handle: int, name: str = ""):
         self._link = link
         self._handle = handle
         self._name = name
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"<sandboxed {type(self).__name__} {self._name or self._handle}>"
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         value = self._link.request("bool", self._handle)
         if type(value) is not bool:
             raise TypeError("__bool__ should return bool")
         return value
 
-    def __len__(self):
+    def __len__(self) -> int:
         value = self._link.request("len", self._handle)
         if type(value) is not int or value < 0:
             raise TypeError("__len__ should return a non-negative int")
@@ -129,7 +131,7 @@ class RemoteFunction(Remote):
     __slots__ = ()
     kind = b"f"
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: object, **kwargs: object) -> object:
         return self._link.request("call", self._handle, args, kwargs)
 
 
@@ -137,10 +139,10 @@ class RemoteIterator(Remote):
     __slots__ = ()
     kind = b"i"
 
-    def __iter__(self):
+    def __iter__(self) -> RemoteIterator:
         return self
 
-    def __next__(self):
+    def __next__(self) -> object:
         return self._link.request("next", self._handle)
 
 
@@ -148,14 +150,14 @@ class RemoteIterable(Remote):
     __slots__ = ()
     kind = b"r"
 
-    def __iter__(self):
+    def __iter__(self) -> object:
         return self._link.request("iter", self._handle)
 
 
 PROXIES = {cls.kind: cls for cls in (Remote, RemoteFunction, RemoteIterator, RemoteIterable)}
 
 
-def mirror(old, new):
+def mirror(old: object, new: object) -> None:
     """Copy the candidate's post-call state of a mutable argument into the checker's own object."""
     if isinstance(old, (list, bytearray)) and isinstance(new, (list, bytes)) and isinstance(old, list) == isinstance(new, list):
         old[:] = new
@@ -167,26 +169,26 @@ def mirror(old, new):
 class Link:
     """The checker's end of the two pipes: numbered requests, replies checked and decoded."""
 
-    def __init__(self, request_fd, reply_fd):
+    def __init__(self, request_fd: int, reply_fd: int):
         self.request_fd = request_fd
         self.reply_fd = reply_fd
         self.seq = 0
         self.deadline = None
         self.dead = None  # why the candidate can answer no more
 
-    def make_ref(self, kind, handle):
+    def make_ref(self, kind: bytes, handle: int) -> Remote:
         return PROXIES[kind](self, handle)
 
-    def as_ref(self, obj):
+    def as_ref(self, obj: object) -> wire.Ref | None:
         if isinstance(obj, Remote) and obj._link is self:
             return wire.Ref(obj.kind, obj._handle)
         return None
 
-    def fail(self, why):
+    def fail(self, why: str) -> None:
         self.dead = self.dead or why
         raise CandidateGone(self.dead)
 
-    def receive(self, seq, deadline):
+    def receive(self, seq: int, deadline: float) -> tuple:
         """The reply numbered ``seq`` (older replies, left by a timed-out request, are skipped)."""
         while True:
             try:
@@ -203,7 +205,7 @@ class Link:
                 self.fail("protocol error: a reply out of sequence")
             return message
 
-    def request(self, op, handle, args=(), kwargs=None):
+    def request(self, op: str, handle: int, args: tuple = (), kwargs: dict | None = None) -> object:
         if self.dead:
             raise CandidateGone(self.dead)
         kwargs = dict(kwargs or {})
@@ -232,7 +234,7 @@ class Link:
             signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         return self.interpret(reply, args, kwargs)
 
-    def interpret(self, reply, args, kwargs):
+    def interpret(self, reply: tuple, args: tuple, kwargs: dict) -> object:
         kind = reply[0]
         if kind == "return" and len(reply) == 5 and isinstance(reply[3], list) and isinstance(reply[4], dict):
             for item in reply[3]:
@@ -256,17 +258,17 @@ class Link:
 # ----------------------------------------------------------------------------- the job
 
 
-def emit(record):
+def emit(record: dict) -> None:
     """One result record, as a frame on stdout (the trainer reads nothing else from here)."""
     wire.write_frame(1, wire.encode(record))
 
 
-def error_fields(exc):
+def error_fields(exc: BaseException) -> dict:
     message = getattr(exc, "sandbox_message", None)
     return {"error_type": clean(type(exc).__name__, NAME_CAP), "error_message": clean(message if message is not None else str(exc))}
 
 
-def set_limits(limits):
+def set_limits(limits: dict) -> None:
     for key, which in (("memory_bytes", resource.RLIMIT_AS), ("cpu_time_s", resource.RLIMIT_CPU), ("core_bytes", resource.RLIMIT_CORE)):
         if limits.get(key) is not None:
             value = int(-(-limits[key] // 1))
@@ -274,7 +276,7 @@ def set_limits(limits):
             resource.setrlimit(which, (value, value) if hard == resource.RLIM_INFINITY or value <= hard else (hard, hard))
 
 
-def wait_loaded(link, timeout_s):
+def wait_loaded(link: Link, timeout_s: float) -> tuple | None:
     """The candidate's load reply: (values, modules), or None after emitting why it did not load."""
     try:
         message = link.receive(0, time.monotonic() + timeout_s)
@@ -291,7 +293,7 @@ def wait_loaded(link, timeout_s):
     return None
 
 
-def test_globals(job, values, modules):
+def test_globals(job: dict, values: dict, modules: dict) -> dict:
     """Builtins, ``math`` (seed_math), the trusted setup, then the candidate's own names."""
     env = {"__builtins__": builtins}
     if job.get("seed_math"):
@@ -311,7 +313,7 @@ def test_globals(job, values, modules):
     return env
 
 
-def run_assert(test, env, pieces):
+def run_assert(test: str, env: dict, pieces: tuple | None) -> None:
     """``pieces``: None, or the (call, expected) sources of an ``assert call == expected`` that the
     original reward evaluates on their own first (split by the trainer, with its regular expression)."""
     if pieces:
@@ -323,25 +325,25 @@ def run_assert(test, env, pieces):
 class Alarm:
     """SIGALRM -> TestTimeout while armed (never between tests)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.armed = False
         signal.signal(signal.SIGALRM, self._fire)
 
-    def _fire(self, signum, frame):
+    def _fire(self, signum: int, frame: object) -> None:
         if self.armed:
             self.armed = False
             raise TestTimeout("test execution timed out")
 
-    def start(self, seconds):
+    def start(self, seconds: float) -> None:
         self.armed = True
         signal.setitimer(signal.ITIMER_REAL, seconds)
 
-    def stop(self):
+    def stop(self) -> None:
         self.armed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
-def run_tests(job, env, link):
+def run_tests(job: dict, env: dict, link: Link) -> None:
     timeouts, limit = 0, int(job.get("max_timeouts", 3))
     seconds = float(job.get("test_timeout_s", 10.0))
     alarm = Alarm()
@@ -368,7 +370,7 @@ def run_tests(job, env, link):
         emit(record)
 
 
-def main():
+def main() -> None:
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     job = wire.decode(sys.stdin.buffer.read())
     set_limits(job.get("limits", {}))

@@ -38,6 +38,8 @@ and any other object that is not plain data travel as references kept in a table
 arguments come back after the call, so the checker can mirror in-place mutation.
 """
 
+from __future__ import annotations
+
 import os
 import _signal as signal  # the C module: the signal wrapper imports enum, ~5 ms of every start
 import sys
@@ -72,20 +74,20 @@ class TestTimeout(BaseException):
     """Raised by the per-request alarm."""
 
 
-def _under(path, prefix):
+def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix.rstrip(os.sep) + os.sep)
 
 
 class Guard:
     """The audit hook (see the module docstring): defence in depth only."""
 
-    def __init__(self, workdir, deny_read, allow_read):
+    def __init__(self, workdir: str, deny_read: list, allow_read: list):
         self.workdir = os.path.realpath(workdir)
         self.deny_read = [os.path.realpath(p) for p in deny_read]
         self.allow_read = [os.path.realpath(p) for p in allow_read] + [self.workdir]
         self.pid = os.getpid()
 
-    def _real(self, path):
+    def _real(self, path: object) -> str | None:
         if isinstance(path, int):
             return None
         try:
@@ -94,12 +96,12 @@ class Guard:
             return None
         return os.path.realpath(path)  # relative to the current directory, wherever the code moved it
 
-    def _check_write(self, event, path):
+    def _check_write(self, event: str, path: object) -> None:
         real = self._real(path)
         if real is not None and not _under(real, self.workdir):
             raise PermissionError(f"sandbox: {event} outside the working directory is not allowed ({real})")
 
-    def _check_read(self, event, path):
+    def _check_read(self, event: str, path: object) -> None:
         real = self._real(path)
         if real is None:
             return
@@ -108,7 +110,7 @@ class Guard:
         if any(_under(real, p) for p in self.deny_read) and not any(_under(real, p) for p in self.allow_read):
             raise PermissionError(f"sandbox: {event} of {real} is not allowed")
 
-    def __call__(self, event, args):
+    def __call__(self, event: str, args: tuple) -> None:
         if event in PROCESS_EVENTS or event.startswith("socket.") or event.startswith("ctypes."):
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event in SIGNAL_EVENTS:
@@ -135,7 +137,7 @@ class Guard:
 # ----------------------------------------------------------------------------- set-up
 
 
-def close_inherited(keep):
+def close_inherited(keep: set) -> None:
     """Close every descriptor but stdio and ``keep`` (bubblewrap may leave its own open)."""
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
@@ -146,7 +148,7 @@ def close_inherited(keep):
                 pass
 
 
-def drop_privileges():
+def drop_privileges() -> None:
     """As root (uid 0 inside a root trainer's bubblewrap namespace): become 65534, no groups."""
     if os.geteuid() != 0 and os.getuid() != 0:
         return
@@ -157,7 +159,7 @@ def drop_privileges():
         raise SystemExit("sandbox: could not leave uid 0")
 
 
-def set_limits(limits):
+def set_limits(limits: dict) -> None:
     """Soft = hard for each limit, never above the current hard limit."""
     names = {
         "cpu_time_s": resource.RLIMIT_CPU, "memory_bytes": resource.RLIMIT_AS, "file_size_bytes": resource.RLIMIT_FSIZE,
@@ -178,7 +180,7 @@ def set_limits(limits):
 # ----------------------------------------------------------------------------- the server
 
 
-def _message(exc):
+def _message(exc: BaseException) -> str:
     try:
         return str(exc)[:MESSAGE_CAP]
     except BaseException:  # a hostile __str__
@@ -188,19 +190,19 @@ def _message(exc):
 class Server:
     """Holds the candidate's objects and answers the checker's requests (see the module docstring)."""
 
-    def __init__(self, request_fd, reply_fd):
+    def __init__(self, request_fd: int, reply_fd: int):
         self.request_fd = request_fd
         self.reply_fd = reply_fd
         self.objects = []
         self.handles = {}
         self.armed = False
 
-    def _alarm(self, signum, frame):
+    def _alarm(self, signum: int, frame: object) -> None:
         if self.armed:
             self.armed = False
             raise TestTimeout("test execution timed out")
 
-    def as_ref(self, obj):
+    def as_ref(self, obj: object) -> wire.Ref:
         """A reference for an object that is not plain data: a function, iterator, iterable or other."""
         kind = type(obj)
         if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
@@ -220,19 +222,19 @@ class Server:
             self.handles[id(obj)] = handle
         return wire.Ref(letter, handle)
 
-    def lookup(self, kind, handle):
+    def lookup(self, kind: bytes, handle: int) -> object:
         if handle >= len(self.objects):
             raise wire.WireError(f"no object {handle}")
         return self.objects[handle]
 
-    def send(self, message):
+    def send(self, message: tuple) -> None:
         try:
             payload = wire.encode(message, self.as_ref)
         except BaseException as exc:  # noqa: BLE001 - an unencodable or hostile value: say so instead
             payload = wire.encode(("error", message[1], f"the reply could not be sent: {_message(exc)}"))
         wire.write_frame(self.reply_fd, payload)
 
-    def load(self, code, seed_math):
+    def load(self, code: str, seed_math: bool) -> bool:
         env = {}
         if seed_math:
             import math
@@ -258,7 +260,7 @@ class Server:
         self.send(("loaded", 0, values, modules))
         return True
 
-    def _invoke(self, op, target, args, kwargs):
+    def _invoke(self, op: str, target: object, args: tuple, kwargs: dict) -> object:
         if op == "call":
             return target(*args, **kwargs)
         if op == "next":
@@ -271,7 +273,7 @@ class Server:
             return bool(target)
         raise wire.WireError(f"unknown request {op!r}")
 
-    def answer(self, op, seq, target, args, kwargs, budget):
+    def answer(self, op: str, seq: int, target: object, args: tuple, kwargs: dict, budget: float) -> None:
         """Run one request under its alarm and build the reply (the alarm also covers the reply's
         encoding, so a value that is slow to write times out too)."""
         signal.setitimer(signal.ITIMER_REAL, max(float(budget), 0.001))
@@ -299,7 +301,7 @@ class Server:
             signal.setitimer(signal.ITIMER_REAL, 0)
         wire.write_frame(self.reply_fd, payload)
 
-    def serve(self):
+    def serve(self) -> None:
         signal.signal(signal.SIGALRM, self._alarm)
         while True:
             try:
@@ -317,7 +319,7 @@ class Server:
             self.answer(op, seq, target, args, kwargs, budget)
 
 
-def main():
+def main() -> None:
     request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
     job = wire.decode(sys.stdin.buffer.read())
     close_inherited({request_fd, reply_fd})
