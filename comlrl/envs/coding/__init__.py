@@ -23,7 +23,7 @@ from comlrl.envs.coding.expert import ExpertEditor, ExpertSettings, resolve_sett
 from comlrl.envs.coding.feedback import MODE_ALIASES, MODES, CodeTransition
 from comlrl.envs.coding.rewards import CodeQuirkFixes, code_details, row_fields
 from comlrl.envs.sandbox import Sandbox, SandboxLimits
-from comlrl.envs.sandbox.isolation import check_isolation_name
+from comlrl.envs.sandbox.isolation import check_isolation_name, resolve_isolation
 from comlrl.envs.sources import DatasetSource, load_rows
 
 __all__ = ["HUMANEVAL", "COOPHUMANEVAL", "MBPP", "CodeOptions"]
@@ -64,6 +64,7 @@ class CodeOptions:
             "original_prompt", "previous_response", "fix_ignored_aux_call", "fix_wrapper_check", "fix_assert_pre_evaluation"))
         self.sandbox_slice = _slice_count(self.sandbox_slice)
         self.isolation = check_isolation_name(self.isolation, "isolation (sandbox.isolation)")
+        resolve_isolation(self.isolation)  # no bubblewrap and no explicit opt-out: refused here, before any model loads
         for name in ("test_timeout_s", "memory_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:

@@ -153,3 +153,17 @@ def test_a_job_directory_is_removed_even_when_immutable(tmp_path):
         pytest.skip(f"this file system does not take chattr flags: {done[0].stderr!r}")
     assert remove_tree(str(job)) is True
     assert not job.exists()
+
+
+def test_a_training_run_without_bubblewrap_stops_at_planning(tmp_path, monkeypatch, fresh_probe):
+    """The refusal comes from the run plan (what --dry-run builds), before any model is resolved or loaded."""
+    from comlrl.run_config import plan_from_args
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(isolation.ISOLATION_ENV, raising=False)
+    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
+        plan_from_args("magrpo_he_config.yaml")
+    monkeypatch.setenv(isolation.ISOLATION_ENV, "none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert plan_from_args("magrpo_he_config.yaml").environment == "humaneval"
