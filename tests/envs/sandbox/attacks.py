@@ -231,8 +231,10 @@ class Host:
             tracer = next(line for line in handle if line.startswith("TracerPid:"))
         return tracer.split()[1] == "0"
 
-    def survivors(self, marker: str = "comlrl-survivor") -> List[int]:
-        """Host pids whose command line carries ``marker`` (a process that outlived its job)."""
+    def survivors(self, marker: str = "") -> List[int]:
+        """Host pids whose command line carries ``marker`` (default: this test process's survivor
+        mark, so another suite running on the same machine is not counted)."""
+        marker = marker or f"comlrl-survivor-{os.getpid()}-"
         found = []
         for pid in os.listdir("/proc"):
             if pid.isdigit():

@@ -120,14 +120,15 @@ SURVIVOR = ("import os, sys, time\ndef spawn(tag, setsid=False, pdeathsig=False)
             "        if setsid:\n            os.setsid()\n        if pdeathsig:\n            import ctypes\n            ctypes.CDLL(None).prctl(1, 0)\n"
             "        if os.fork() == 0:\n            import signal\n            for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):\n"
             "                signal.signal(s, signal.SIG_IGN)\n"
-            "            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', 'comlrl-survivor-' + tag])\n"
+            "            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(120)', 'comlrl-survivor-%d-%s' % (H['trainer'], tag)])\n"
             "        os._exit(0)\n    time.sleep(0.2)\n")
 PROCESS = {
     "proc_double_fork_survivor": SURVIVOR + "def attack():\n    spawn('double')\n    return False",
     "proc_setsid_survivor": SURVIVOR + "def attack():\n    spawn('setsid', setsid=True)\n    return False",
     "proc_pdeathsig_cleared_survivor": SURVIVOR + "def attack():\n    spawn('pdeath', setsid=True, pdeathsig=True)\n    return False",
     "proc_shell_background_survivor": (
-        "import subprocess\ndef attack():\n    subprocess.Popen(['/bin/sh', '-c', 'exec sleep 120 comlrl-survivor-shell & exit 0'])\n    return False"),
+        "import subprocess, time\ndef attack():\n    subprocess.Popen(['/bin/sh', '-c', '( sleep 120; : ) & exit 0', 'comlrl-survivor-%d-shell' % H['trainer']], start_new_session=True)\n"
+        "    time.sleep(0.2)\n    return False"),
     "proc_kill_parent_and_everyone": (
         "import os, signal\ndef attack():\n    for target in (H['trainer'], H['sentinel'], os.getppid(), -1):\n        try:\n"
         "            os.kill(target, signal.SIGKILL)\n        except OSError:\n            pass\n    return False"),

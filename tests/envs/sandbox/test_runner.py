@@ -20,7 +20,6 @@ import warnings
 import pytest
 
 from comlrl.envs.sandbox import HARNESS, Sandbox, SandboxLimits, TestJob
-from comlrl.envs.sandbox.isolation import RUNTIME_MOUNT
 
 LEVELS_HERE = [pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")),
                "none"]
@@ -45,7 +44,9 @@ def hooked():
 
 
 def still_healthy(sandbox: Sandbox) -> None:
-    """The trainer can still start processes and score a correct candidate; no harness survives."""
+    """The trainer can still start processes and score a correct candidate; no harness of this
+    checkout survives (``none`` runs it from here; under bubblewrap the PID namespace is waited for,
+    which test_containment's survivors check)."""
     assert subprocess.run(["true"]).returncode == 0
     report = sandbox.run(TestJob(code="def f(x):\n    return x * 2", tests=["assert f(3) == 6"]))
     assert (report.passed, report.total) == (1, 1)
@@ -56,7 +57,7 @@ def still_healthy(sandbox: Sandbox) -> None:
                     cmdline = handle.read()
             except OSError:
                 continue
-            assert HARNESS.encode() not in cmdline and RUNTIME_MOUNT.encode() not in cmdline, f"a sandboxed process ({pid}) outlived its job"
+            assert HARNESS.encode() not in cmdline, f"a sandboxed process ({pid}) outlived its job"
 
 
 def test_fork_bomb(hooked):
