@@ -23,6 +23,7 @@ from comlrl.envs.coding.expert import ExpertEditor, ExpertSettings, resolve_sett
 from comlrl.envs.coding.feedback import MODE_ALIASES, MODES, CodeTransition
 from comlrl.envs.coding.rewards import CodeQuirkFixes, code_details, row_fields
 from comlrl.envs.sandbox import Sandbox, SandboxLimits
+from comlrl.envs.sandbox.isolation import check_isolation_name, resolve_isolation
 from comlrl.envs.sources import DatasetSource, load_rows
 
 __all__ = ["HUMANEVAL", "COOPHUMANEVAL", "MBPP", "CodeOptions"]
@@ -53,7 +54,7 @@ class CodeOptions:
     fix_assert_pre_evaluation: bool = option(False, "reward.fix_assert_pre_evaluation", "Run each assert as written (original: also evaluates a regex split of it first).")
     test_timeout_s: float = option(10.0, "sandbox.test_timeout_s", "Alarm per assert (original: 10 s).")
     max_timeouts: int = option(3, "sandbox.max_timeouts", "Skip a candidate's remaining asserts after this many timeouts (original: 3).")
-    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto, bwrap, unshare or none.")
+    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto or bwrap (bubblewrap; refused when missing) or none (no containment: explicit opt-in).")
     workers: Optional[int] = option(None, "sandbox.workers", "Candidates tested in parallel (None: one per CPU core).")
     wall_time_s: Optional[float] = option(None, "sandbox.wall_time_s", "Wall-clock limit per candidate (None: test_timeout_s x (max_timeouts + 1) + 10).")
     memory_mb: int = option(1024, "sandbox.memory_mb", "Address-space limit per candidate, MiB.")
@@ -62,6 +63,8 @@ class CodeOptions:
         check_options(self, modes=MODES, aliases=MODE_ALIASES, agent_counts=(1, 2), flags=(
             "original_prompt", "previous_response", "fix_ignored_aux_call", "fix_wrapper_check", "fix_assert_pre_evaluation"))
         self.sandbox_slice = _slice_count(self.sandbox_slice)
+        self.isolation = check_isolation_name(self.isolation, "isolation (sandbox.isolation)")
+        resolve_isolation(self.isolation)  # no bubblewrap and no explicit opt-out: refused here, before any model loads
         for name in ("test_timeout_s", "memory_mb"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
@@ -194,6 +197,7 @@ def _build(name: str, data: DatasetSource):
             options=options, loader=loader, rows=rows,
         )
         env.sandbox = sandbox
+        env.sandbox_isolation = sandbox.describe()
         env.expert = expert
         return env
 

@@ -7,8 +7,9 @@ For one joint response (aux completion ``c1``, main completion ``c2``) and a row
     level 1  definitions  +0.4 if ``aux`` is defined with a return; +0.6 if ``main`` is (else stop)
     level 2  syntax       +0.5 if prompt imports + aux + main parse (else stop)
     level 3  tests        + passed / total over the asserts of ``check(candidate)`` (none: stop),
-                          run in the sandbox: the code once, then each assert with a 10 s alarm,
-                          at most 3 timeouts
+                          the code runs once in the sandbox; each assert runs in the sandbox's
+                          checker process (the prompt's imports in its globals) against proxies of
+                          the code's functions, with a 10 s alarm, at most 3 timeouts
     level 4  cooperation  only when a test passed and ``aux`` exists, and only if ``main`` calls aux:
                           +0.5 for the call; +1.0 unless ``main`` is a thin wrapper of aux;
                           -0.5 if an aux call's result is ignored
@@ -87,7 +88,7 @@ def static_part(c1: str, c2: str, row: Mapping[str, Any], fixes: CodeQuirkFixes,
     if not asserts:
         return StaticPart(details, reward, main_function, aux_function, None)
     job = TestJob(code=code, tests=asserts, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts,
-                  pre_evaluate=not fixes.fix_assert_pre_evaluation)
+                  pre_evaluate=not fixes.fix_assert_pre_evaluation, setup=analysis.prompt_imports(prompt))
     return StaticPart(details, reward, main_function, aux_function, job)
 
 

@@ -1,38 +1,59 @@
-"""The sandbox's child program: run one candidate's code and its asserts, report each outcome.
+"""The candidate side of a sandboxed job: load the candidate's code, then answer the checker's calls.
 
-Started by ``comlrl.envs.sandbox`` as ``python -I -S -B harness.py RESULT_FD`` inside a fresh
-temporary working directory (and, where the OS allows, a bubblewrap or unshare namespace). It uses
-the standard library only and imports nothing of comlrl. Reads one JSON job from stdin:
+Started by ``comlrl.envs.sandbox`` as ``python -I -S -B harness.py REQUEST_FD REPLY_FD`` inside the
+isolation (bubblewrap: its own user, PID, network, IPC and mount namespaces; or none). Standard
+library only; it imports nothing of comlrl but ``wire.py`` beside it. It never sees a test: the
+asserts run in the checker process, which calls into this one over the two pipes and gets back
+plain data only (``wire.py``), so nothing the candidate does here can decide a pass.
 
-    {"code": str, "tests": [str], "pre_evaluate": bool, "seed_math": bool,
-     "test_timeout_s": float, "max_timeouts": int, "limits": {...}, "workdir": str,
-     "deny_read": [str], "allow_read": [str]}
+Steps, all before any candidate code runs:
 
-then, before any candidate code runs: lowers its resource limits (CPU seconds, address space, file
-size, processes, open files, no core dumps; soft = hard so they cannot be raised again) and
-installs an audit hook that refuses process creation, signals to other processes, sockets,
-ctypes/cffi, writes or deletions outside the working directory, and reads of the denied paths
-(the user's home, other processes' /proc entries). Results go to RESULT_FD as JSON lines
-(``{"event": "load" | "test" | "done", ...}``) as they happen, so a candidate that crashes or
-exits early leaves the tests it did not reach unreported (the parent counts them as failed).
+1. read the job (``wire``-encoded dict: code, seed_math, limits, deny_read, allow_read, drop_root)
+   from stdin;
+2. close every inherited descriptor but stdio and the two pipes;
+3. with ``drop_root`` (bubblewrap), when started as root (a root trainer's sandbox), drop to
+   uid/gid 65534 with no supplementary groups; refuse to go on as root;
+4. create ``home`` and ``tmp`` in the working directory;
+5. lower the resource limits (CPU seconds, address space, file size, processes, open files, no
+   core dumps; soft = hard, so they cannot be raised again);
+6. install the audit hook (``Guard``): a first, in-process fence against obvious misuse (sockets,
+   process creation, signals, ctypes, writes outside the working directory). It is not what
+   contains the candidate -- the namespaces and the unprivileged uid are -- and it can be switched
+   off from Python; the security tests do exactly that.
 
-Assert semantics follow the original task's reward: the code is executed once in fresh globals
-(``{"math": math}`` when ``seed_math``), then each assert with a per-test alarm; after
-``max_timeouts`` timed-out asserts the rest are skipped. With ``pre_evaluate`` an assert shaped
-``assert name(args) == expected`` (a regular-expression split, as the original) first evaluates
-``name(args)`` and ``expected`` separately (the candidate runs twice; an error in either fails it).
+Then ``exec`` the code in fresh globals (``{"math": math}`` with ``seed_math``), reply
+``("loaded", {name: value or reference}, {name: module name})`` or ``("load_error", type, message)``,
+and serve requests until ``("exit",)`` or end of input:
+
+    ("call", seq, handle, args, kwargs, budget_s) -> ("return", seq, value, mutated args, mutated kwargs)
+    ("next", seq, handle, (), {}, budget_s)       -> ("return", seq, value, [], {}) | ("stop", seq)
+    ("iter", seq, handle, (), {}, budget_s)       -> ("return", seq, iterator reference, [], {})
+    ("len" | "bool", seq, handle, (), {}, budget_s) -> ("return", seq, int | bool, [], {})
+    any of them                                   -> ("raise", seq, type name, message)
+                                                   | ("timeout", seq) | ("error", seq, message)
+
+Each request runs under a ``budget_s`` alarm that raises ``TestTimeout`` (a BaseException, so
+``except Exception`` in candidate code does not swallow it). Functions, iterators, other iterables
+and any other object that is not plain data travel as references kept in a table here; lists, dicts, sets and bytearrays passed as
+arguments come back after the call, so the checker can mirror in-place mutation.
 """
 
-import json
-import math
+from __future__ import annotations
+
 import os
-import re
-import resource
-import signal
+import _signal as signal  # the C module: the signal wrapper imports enum, ~5 ms of every start
 import sys
 
-ASSERT_SHAPE = re.compile(r"assert\s+(\w+)\(([^)]*)\)\s*==\s*(.+)")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wire  # noqa: E402
+
+sys.path.pop(0)
+
+import resource  # noqa: E402
+
+NOBODY = 65534
 MESSAGE_CAP = 300
+MAX_HANDLES = 4096
 
 PROCESS_EVENTS = {
     "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen",
@@ -50,38 +71,37 @@ WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
 
 class TestTimeout(BaseException):
-    """Raised by the per-assert alarm (a BaseException, so ``except Exception`` in candidate code
-    cannot swallow it)."""
+    """Raised by the per-request alarm."""
 
 
-def _under(path, prefix):
+def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix.rstrip(os.sep) + os.sep)
 
 
 class Guard:
-    """The audit hook (see the module docstring)."""
+    """The audit hook (see the module docstring): defence in depth only."""
 
-    def __init__(self, workdir, deny_read, allow_read):
+    def __init__(self, workdir: str, deny_read: list, allow_read: list):
         self.workdir = os.path.realpath(workdir)
         self.deny_read = [os.path.realpath(p) for p in deny_read]
         self.allow_read = [os.path.realpath(p) for p in allow_read] + [self.workdir]
         self.pid = os.getpid()
 
-    def _real(self, path):
+    def _real(self, path: object) -> str | None:
         if isinstance(path, int):
             return None
         try:
             path = os.fsdecode(path)
         except TypeError:
             return None
-        return os.path.realpath(os.path.join(self.workdir, path))
+        return os.path.realpath(path)  # relative to the current directory, wherever the code moved it
 
-    def _check_write(self, event, path):
+    def _check_write(self, event: str, path: object) -> None:
         real = self._real(path)
         if real is not None and not _under(real, self.workdir):
             raise PermissionError(f"sandbox: {event} outside the working directory is not allowed ({real})")
 
-    def _check_read(self, event, path):
+    def _check_read(self, event: str, path: object) -> None:
         real = self._real(path)
         if real is None:
             return
@@ -90,7 +110,7 @@ class Guard:
         if any(_under(real, p) for p in self.deny_read) and not any(_under(real, p) for p in self.allow_read):
             raise PermissionError(f"sandbox: {event} of {real} is not allowed")
 
-    def __call__(self, event, args):
+    def __call__(self, event: str, args: tuple) -> None:
         if event in PROCESS_EVENTS or event.startswith("socket.") or event.startswith("ctypes."):
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event in SIGNAL_EVENTS:
@@ -114,7 +134,32 @@ class Guard:
             raise PermissionError(f"sandbox: importing {args[0]} is not allowed")
 
 
-def set_limits(limits):
+# ----------------------------------------------------------------------------- set-up
+
+
+def close_inherited(keep: set) -> None:
+    """Close every descriptor but stdio and ``keep`` (bubblewrap may leave its own open)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def drop_privileges() -> None:
+    """As root (uid 0 inside a root trainer's bubblewrap namespace): become 65534, no groups."""
+    if os.geteuid() != 0 and os.getuid() != 0:
+        return
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)
+    if 0 in os.getresuid() or 0 in os.getresgid():
+        raise SystemExit("sandbox: could not leave uid 0")
+
+
+def set_limits(limits: dict) -> None:
     """Soft = hard for each limit, never above the current hard limit."""
     names = {
         "cpu_time_s": resource.RLIMIT_CPU, "memory_bytes": resource.RLIMIT_AS, "file_size_bytes": resource.RLIMIT_FSIZE,
@@ -124,7 +169,7 @@ def set_limits(limits):
         value = limits.get(key)
         if value is None:
             continue
-        value = int(math.ceil(value))
+        value = int(-(-value // 1))
         _soft, hard = resource.getrlimit(which)
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)
@@ -132,74 +177,164 @@ def set_limits(limits):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write fails with EFBIG instead of killing
 
 
-class Reporter:
-    def __init__(self, fd):
-        self.fd = fd
-
-    def send(self, record):
-        data = (json.dumps(record) + "\n").encode()
-        try:
-            while data:
-                data = data[os.write(self.fd, data):]
-        except OSError:
-            pass  # the candidate closed the channel: the parent counts unreported tests as failed
+# ----------------------------------------------------------------------------- the server
 
 
-def _error(exc):
-    return {"error_type": type(exc).__name__, "error_message": str(exc)[:MESSAGE_CAP]}
-
-
-def _alarm(signum, frame):
-    raise TestTimeout("test execution timed out")
-
-
-def run_assert(test, env, pre_evaluate):
-    if pre_evaluate:
-        shape = ASSERT_SHAPE.search(test)
-        if shape:
-            eval(f"{shape.group(1)}({shape.group(2)})", env)
-            eval(shape.group(3), env)
-    exec(test, env)
-
-
-def run(job, report):
-    env = {"math": math} if job.get("seed_math") else {}
+def _message(exc: BaseException) -> str:
     try:
-        exec(job["code"], env)
-    except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the code did not load
-        report.send({"event": "load", "ok": False, **_error(exc)})
-        return
-    report.send({"event": "load", "ok": True})
-    timeouts, limit = 0, int(job.get("max_timeouts", 3))
-    seconds = float(job.get("test_timeout_s", 10.0))
-    signal.signal(signal.SIGALRM, _alarm)
-    for index, test in enumerate(job["tests"]):
-        if timeouts >= limit:
-            break
-        record = {"event": "test", "i": index}
+        return str(exc)[:MESSAGE_CAP]
+    except BaseException:  # a hostile __str__
+        return "<the exception's message could not be read>"
+
+
+class Server:
+    """Holds the candidate's objects and answers the checker's requests (see the module docstring)."""
+
+    def __init__(self, request_fd: int, reply_fd: int):
+        self.request_fd = request_fd
+        self.reply_fd = reply_fd
+        self.objects = []
+        self.handles = {}
+        self.armed = False
+
+    def _alarm(self, signum: int, frame: object) -> None:
+        if self.armed:
+            self.armed = False
+            raise TestTimeout("test execution timed out")
+
+    def as_ref(self, obj: object) -> wire.Ref:
+        """A reference for an object that is not plain data: a function, iterator, iterable or other."""
+        kind = type(obj)
+        if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
+            letter = b"i"
+        elif callable(obj):
+            letter = b"f"
+        elif hasattr(kind, "__iter__"):
+            letter = b"r"
+        else:
+            letter = b"o"
+        handle = self.handles.get(id(obj))
+        if handle is None:
+            if len(self.objects) >= MAX_HANDLES:
+                raise wire.WireError(f"more than {MAX_HANDLES} objects handed out")
+            handle = len(self.objects)
+            self.objects.append(obj)
+            self.handles[id(obj)] = handle
+        return wire.Ref(letter, handle)
+
+    def lookup(self, kind: bytes, handle: int) -> object:
+        if handle >= len(self.objects):
+            raise wire.WireError(f"no object {handle}")
+        return self.objects[handle]
+
+    def send(self, message: tuple) -> None:
         try:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
-            run_assert(test, env, bool(job.get("pre_evaluate")))
+            payload = wire.encode(message, self.as_ref)
+        except BaseException as exc:  # noqa: BLE001 - an unencodable or hostile value: say so instead
+            payload = wire.encode(("error", message[1], f"the reply could not be sent: {_message(exc)}"))
+        wire.write_frame(self.reply_fd, payload)
+
+    def load(self, code: str, seed_math: bool) -> bool:
+        env = {}
+        if seed_math:
+            import math
+
+            env["math"] = math
+        try:
+            exec(code, env)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the code did not load
+            self.send(("load_error", 0, type(exc).__name__[:80], _message(exc)))
+            return False
+        values, modules = {}, {}
+        for name, value in list(env.items()):
+            if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")):
+                continue
+            if isinstance(value, type(sys)):
+                modules[name] = str(getattr(value, "__name__", ""))
+                continue
+            try:
+                wire.encode(value, self.as_ref, max_bytes=1 << 20)
+            except BaseException:  # noqa: BLE001 - not plain data and no function: the checker never sees it
+                continue
+            values[name] = value
+        self.send(("loaded", 0, values, modules))
+        return True
+
+    def _invoke(self, op: str, target: object, args: tuple, kwargs: dict) -> object:
+        if op == "call":
+            return target(*args, **kwargs)
+        if op == "next":
+            return next(target)
+        if op == "iter":
+            return iter(target)
+        if op == "len":
+            return len(target)
+        if op == "bool":
+            return bool(target)
+        raise wire.WireError(f"unknown request {op!r}")
+
+    def answer(self, op: str, seq: int, target: object, args: tuple, kwargs: dict, budget: float) -> None:
+        """Run one request under its alarm and build the reply (the alarm also covers the reply's
+        encoding, so a value that is slow to write times out too)."""
+        signal.setitimer(signal.ITIMER_REAL, max(float(budget), 0.001))
+        self.armed = True
+        try:
+            try:
+                value = self._invoke(op, target, args, kwargs)
+            except StopIteration:
+                if op != "next":
+                    raise
+                reply = ("stop", seq)
+            else:
+                mutated = [(i, a) for i, a in enumerate(args) if isinstance(a, (list, dict, set, bytearray))]
+                kw_mutated = {k: a for k, a in kwargs.items() if isinstance(a, (list, dict, set, bytearray))}
+                reply = ("return", seq, value, mutated, kw_mutated)
+            payload = wire.encode(reply, self.as_ref)
+        except TestTimeout:
+            payload = wire.encode(("timeout", seq))
+        except wire.WireError as exc:
+            payload = wire.encode(("error", seq, _message(exc)))
+        except BaseException as exc:  # noqa: BLE001 - the candidate's own error, reported as such
+            payload = wire.encode(("raise", seq, type(exc).__name__[:80], _message(exc)))
+        finally:
+            self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-            record["status"] = "pass"
-        except TestTimeout as exc:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            timeouts += 1
-            record.update(status="timeout", **_error(exc))
-        except BaseException as exc:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            record.update(status="fail", **_error(exc))
-        report.send(record)
+        wire.write_frame(self.reply_fd, payload)
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGALRM, self._alarm)
+        while True:
+            try:
+                message = wire.decode(wire.read_frame(self.request_fd), make_ref=self.lookup)
+            except (wire.ChannelClosed, OSError):
+                return
+            if message[0] == "exit":
+                return
+            op, seq, handle, args, kwargs, budget = message
+            try:
+                target = self.lookup(b"", handle)
+            except wire.WireError as exc:
+                wire.write_frame(self.reply_fd, wire.encode(("error", seq, _message(exc))))
+                continue
+            self.answer(op, seq, target, args, kwargs, budget)
 
 
-def main():
-    report = Reporter(int(sys.argv[1]))
-    job = json.loads(sys.stdin.read())
-    os.chdir(job["workdir"])
+def main() -> None:
+    request_fd, reply_fd = int(sys.argv[1]), int(sys.argv[2])
+    job = wire.decode(sys.stdin.buffer.read())
+    close_inherited({request_fd, reply_fd})
+    if job.get("drop_root"):
+        drop_privileges()
+    for name in ("home", "tmp"):
+        os.makedirs(name, mode=0o700, exist_ok=True)
     set_limits(job.get("limits", {}))
-    sys.addaudithook(Guard(job["workdir"], job.get("deny_read", []), job.get("allow_read", [])))
-    run(job, report)
-    report.send({"event": "done"})
+    server = Server(request_fd, reply_fd)
+    sys.addaudithook(Guard(os.getcwd(), job.get("deny_read", []), job.get("allow_read", [])))
+    try:
+        if server.load(job["code"], job.get("seed_math", False)):
+            server.serve()
+    except (wire.ChannelClosed, OSError):
+        pass  # the checker has gone: nothing is left to answer
     sys.stdout.flush()
     os._exit(0)  # no atexit handlers or lingering threads of the candidate
 

@@ -1,35 +1,52 @@
-"""The sandbox contains hostile candidates: each attack fails, no assert passes, the trainer is unharmed.
+"""The sandbox runner: limits, timeouts, exits, output caps and batches, on every isolation level here.
 
-Every attack runs under every isolation level this machine supports (bubblewrap, unshare, none),
-so the fallback without namespaces is proven too. After each attack the test process is alive and
-a normal job still runs and passes.
+The runner's everyday duties (limits, timeouts, exits, output caps, batches) run under bubblewrap
+(skipped only where ``bwrap`` is not installed) and under ``none``, which the tests ask for by name;
+the audit hook's own tests run under ``none`` only, where it is the one fence (the attacks that
+switch it off, and what contains them, are in test_containment.py).
+After each, the test process is alive, no sandboxed process is left, and a normal job still passes.
 """
 
 from __future__ import annotations
 
 import os
-import signal
+import shutil
 import socket
 import subprocess
 import threading
 import time
+import warnings
 
 import pytest
 
 from comlrl.envs.sandbox import HARNESS, Sandbox, SandboxLimits, TestJob
-from comlrl.envs.sandbox.isolation import LEVELS, supported
 
-LEVELS_HERE = [level for level in LEVELS if supported(level)]
+LEVELS_HERE = [pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")),
+               "none"]
 FAST = SandboxLimits(wall_time_s=20.0, cpu_time_s=20.0)
 
 
 @pytest.fixture(params=LEVELS_HERE)
 def sandbox(request):
-    return Sandbox(FAST, isolation=request.param, workers=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Sandbox(FAST, isolation=request.param, workers=2)
+
+
+@pytest.fixture
+def hooked():
+    """``none`` only: there the audit hook is the one fence, so these tests are about it (under
+    bubblewrap the same attacks, and their versions with the hook switched off, are in
+    test_containment.py)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return Sandbox(FAST, isolation="none", workers=2)
 
 
 def still_healthy(sandbox: Sandbox) -> None:
-    """The trainer can still start processes and score a correct candidate; no harness survives."""
+    """The trainer can still start processes and score a correct candidate; no harness of this
+    checkout survives (``none`` runs it from here; under bubblewrap the PID namespace is waited for,
+    which test_containment's survivors check)."""
     assert subprocess.run(["true"]).returncode == 0
     report = sandbox.run(TestJob(code="def f(x):\n    return x * 2", tests=["assert f(3) == 6"]))
     assert (report.passed, report.total) == (1, 1)
@@ -37,12 +54,13 @@ def still_healthy(sandbox: Sandbox) -> None:
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    assert HARNESS.encode() not in handle.read(), f"a sandboxed process ({pid}) outlived its job"
+                    cmdline = handle.read()
             except OSError:
                 continue
+            assert HARNESS.encode() not in cmdline, f"a sandboxed process ({pid}) outlived its job"
 
 
-def test_fork_bomb(sandbox):
+def test_fork_bomb(hooked):
     bombs = [
         "import os\nwhile True:\n    os.fork()",
         "import subprocess\nwhile True:\n    subprocess.Popen(['sh', '-c', ':(){ :|:& };:'])",
@@ -51,13 +69,13 @@ def test_fork_bomb(sandbox):
         "import multiprocessing\nwhile True:\n    multiprocessing.Process(target=print).start()",
     ]
     for code in bombs:
-        report = sandbox.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
         assert report.passed == 0 and not report.loaded, code
         assert "PermissionError" in (report.load_error or ""), (code, report.load_error)
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_rm_rf_of_the_users_home(sandbox, tmp_path, monkeypatch):
+def test_rm_rf_of_the_users_home(hooked, tmp_path, monkeypatch):
     home = tmp_path / "fake-home"
     (home / "projects").mkdir(parents=True)
     precious = home / "projects" / "thesis.tex"
@@ -81,13 +99,13 @@ except Exception:
     pass
 """
     # the fake home is the sandbox's own empty HOME inside; the real one is never touched
-    report = sandbox.run(TestJob(code=code, tests=["assert succeeded == []"]))
+    report = hooked.run(TestJob(code=code, tests=["assert succeeded == []"]))
     assert report.passed == 1, report.results
     assert precious.read_text() == "years of work"
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_environment_secrets_are_not_readable_or_exfiltrated(sandbox, tmp_path, monkeypatch):
+def test_environment_secrets_are_not_readable_or_exfiltrated(hooked, tmp_path, monkeypatch):
     secret = "sk-comlrl-test-9f3b2c1d"
     home = tmp_path / "home"
     home.mkdir()
@@ -115,14 +133,14 @@ sys.stderr.write(leak)
 def stolen():
     return {secret!r} in leak
 """
-    report = sandbox.run(TestJob(code=code, tests=["assert stolen()"]))
+    report = hooked.run(TestJob(code=code, tests=["assert stolen()"]))
     assert report.loaded and report.passed == 0
     assert secret not in report.stdout and secret not in report.stderr
     assert "FAKE_PROVIDER_API_KEY" not in report.stdout
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_no_socket_to_localhost(sandbox):
+def test_no_socket_to_localhost(hooked):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)
@@ -148,7 +166,7 @@ def connect():
     s.sendall(b"exfiltrated")
     return True
 """
-    report = sandbox.run(TestJob(code=code, tests=["assert connect()"]))
+    report = hooked.run(TestJob(code=code, tests=["assert connect()"]))
     time.sleep(0.3)  # a connection the child might have opened would be accepted by now
     done.set()
     thread.join()
@@ -156,7 +174,7 @@ def connect():
     assert report.passed == 0
     assert report.results[0].error_type == "PermissionError"
     assert accepted == []
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
 def test_memory_bomb(sandbox):
@@ -174,7 +192,9 @@ def test_infinite_loop(sandbox):
     ))
     assert [r.status for r in report.results] == ["timeout"] * 3 + ["not run"] * 2
     assert report.passed == 0 and report.completed
-    stuck = Sandbox(SandboxLimits(wall_time_s=1.5, cpu_time_s=30), isolation=sandbox.isolation)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        stuck = Sandbox(SandboxLimits(wall_time_s=1.5, cpu_time_s=30), isolation=sandbox.isolation)
     start = time.monotonic()
     report = stuck.run(TestJob(code="while True:\n    pass", tests=["assert True"]))
     assert time.monotonic() - start < 10
@@ -185,7 +205,7 @@ def test_infinite_loop(sandbox):
     still_healthy(sandbox)
 
 
-def test_killing_the_parent(sandbox):
+def test_killing_the_parent(hooked):
     me = os.getpid()
     attacks = [
         "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)",
@@ -194,13 +214,13 @@ def test_killing_the_parent(sandbox):
         f"import signal\nsignal.pthread_kill({threading.get_ident()}, signal.SIGKILL)",
     ]
     for code in attacks:
-        report = sandbox.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
         assert report.passed == 0, code
     assert os.getpid() == me
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_writing_outside_the_temporary_directory(sandbox, tmp_path):
+def test_writing_outside_the_temporary_directory(hooked, tmp_path):
     targets = [tmp_path / f"outside-{i}.txt" for i in range(5)]
     code = f"""
 import os, pathlib, shutil
@@ -223,14 +243,14 @@ for attempt in attempts:
 def wrote_inside():
     return open("inside.txt").read() == "fine"
 """
-    report = sandbox.run(TestJob(code=code, tests=["assert wrote_inside()", "assert None in errors"]))
+    report = hooked.run(TestJob(code=code, tests=["assert wrote_inside()", "assert None in errors"]))
     assert [r.status for r in report.results] == ["pass", "fail"]
     assert not any(path.exists() or path.is_symlink() for path in targets)
-    still_healthy(sandbox)
+    still_healthy(hooked)
 
 
-def test_a_gigabyte_of_output(sandbox):
-    code = "import sys, os\nfor _ in range(1024):\n    sys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()\n"
+def test_a_flood_of_output(sandbox):
+    code = "import sys, os\nfor _ in range(256):\n    sys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()\n"
     code += "for _ in range(64):\n    os.write(2, b'y' * (1 << 20))\ndef f():\n    return 1"
     report = sandbox.run(TestJob(code=code, tests=["assert f() == 1"]))
     cap = sandbox.limits.max_output_bytes
