@@ -275,7 +275,10 @@ class RunData:
 
     def record(self) -> Dict[str, Any]:
         """Where each split's rows came from and how many there are (``resolved_config.yaml``'s ``data``)."""
-        return {split: self.env.data_sources.get(split) for split in ("train", "eval")}
+        record = {split: self.env.data_sources.get(split) for split in ("train", "eval")}
+        if getattr(self.env, "sandbox_isolation", None) is not None:  # code tasks: the isolation actually used
+            record["sandbox"] = self.env.sandbox_isolation
+        return record
 
 
 def load_data(plan, log: Callable[[str], None] = print) -> RunData:

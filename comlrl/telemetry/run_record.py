@@ -2,7 +2,8 @@
 
 - ``run_config.json`` at ``train()`` start: the trainer and config class, the seed (torch's initial
   seed: what ``torch.manual_seed`` set, ``comlrl train``'s ``seed``), the models and their sources, the
-  training and evaluation data (row counts, and where an environment's rows came from), every config field (after
+  training and evaluation data (row counts, and where an environment's rows came from), the task reward
+  (and the isolation of a code reward's sandbox), every config field (after
   validation, so defaults and derived values are explicit) and the W&B settings, with the value of
   every key that names a credential replaced by ``"***"`` and the credentials in URLs and header
   values masked (``comlrl.telemetry.redaction``).
@@ -91,6 +92,15 @@ def describe_data(dataset: Any) -> Optional[Dict[str, Any]]:
     return {"rows": info["length"], **(getattr(dataset, "comlrl_source", None) or {})}
 
 
+def describe_reward(reward_func: Any) -> Dict[str, Any]:
+    """What a run record says of the task reward: its name and, for code rewards, the isolation their
+    sandbox actually runs with (``sandbox_isolation``, set by the code environments)."""
+    inner = getattr(reward_func, "func", reward_func)  # a trainer may hold a RewardFunction wrapper
+    sandbox = getattr(reward_func, "sandbox_isolation", None) or getattr(inner, "sandbox_isolation", None)
+    name = getattr(inner, "__qualname__", None) or type(inner).__name__
+    return {"name": name, "sandbox": sandbox}
+
+
 def latest_metrics(rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """The last logged value of every metric key (training, evaluation and epoch means)."""
     latest: Dict[str, Any] = {}
@@ -110,7 +120,8 @@ class RunRecord:
         self._started_at: Optional[str] = None
 
     def start(self, *, trainer: str, config: Any, wandb_config: Optional[Mapping[str, Any]], seed: Optional[int] = None,
-              models: Sequence[Mapping[str, Any]] = (), data: Optional[Mapping[str, Any]] = None) -> None:
+              models: Sequence[Mapping[str, Any]] = (), data: Optional[Mapping[str, Any]] = None,
+              reward: Optional[Mapping[str, Any]] = None) -> None:
         self._started = time.perf_counter()
         self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         fields = {name: getattr(config, name) for name in config.field_names()}
@@ -120,6 +131,7 @@ class RunRecord:
             "seed": seed,
             "models": [dict(m) for m in models],
             "data": jsonable(dict(data)) if data is not None else None,
+            "reward": jsonable(dict(reward)) if reward is not None else None,
             "config": jsonable(redact(fields)),
             "wandb_config": jsonable(redact(dict(wandb_config))) if wandb_config is not None else None,
         }

@@ -34,7 +34,7 @@ from comlrl.parallel.data_parallel import DataParallel
 from comlrl.parallel.fsdp import Sharding, full_model_state, is_sharded, is_sharded_tensor
 from comlrl.trainers.optim import AgentOptimizer
 from comlrl.telemetry.progress import library_bars
-from comlrl.telemetry.run_record import describe_data, describe_model
+from comlrl.telemetry.run_record import describe_data, describe_model, describe_reward
 from comlrl.telemetry.signal import signal_metrics
 
 
@@ -242,6 +242,7 @@ class TrainerBase(RunServices, EpochLoop, TrainerCheckpoints):
                 trainer=type(self).__name__, config=self.args, wandb_config=self.wandb_config, seed=torch.initial_seed(),
                 models=[{"role": role, "source": describe_model(role, model, source)["source"]} for role, model, source in self._run_models()],
                 data={"train": describe_data(self.train_dataset), "eval": describe_data(self.eval_dataset)},
+                reward=describe_reward(self.reward_func),
             )
         self._training_active = True
         error: Optional[BaseException] = None

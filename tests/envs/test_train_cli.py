@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from comlrl.cli.main import main
 
@@ -130,6 +131,12 @@ def test_magrpo_humaneval_two_turns(chat_models, tmp_path):
     assert {row["turn"] for row in rows} == {1, 2}
     assert any("eval/turn_2/reward_mean" in row for row in metrics)
     assert all(row["turn_1/reward_mean"] <= -4.0 + 4.0 for row in metrics if "turn_1/reward_mean" in row)
+    # the isolation the code reward actually ran with is in both records of the run
+    record = json.loads((run / "run_config.json").read_text())
+    sandbox = record["reward"]["sandbox"]
+    assert sandbox["level"] == "bwrap" and sandbox["contained"] is True and sandbox["candidate_host_uid"] != 0
+    resolved = yaml.safe_load((run / "resolved_config.yaml").read_text())
+    assert resolved["data"]["sandbox"]["level"] == sandbox["level"]
 
 
 def test_magrpo_che_heterogeneous(chat_models, tmp_path):

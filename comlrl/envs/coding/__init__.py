@@ -191,13 +191,15 @@ def _build(name: str, data: DatasetSource):
             rows.add(dataset)
             return dataset
 
+        reward = reward_from_details(details)
+        reward.sandbox_isolation = sandbox.describe()  # what a trainer's run record says of the sandbox
         env = Environment(
             name=name, num_agents=options.num_agents, num_turns=options.num_turns, formatters=formatters,
-            reward_func=reward_from_details(details), reward_details=details, external_transition=transition,
+            reward_func=reward, reward_details=details, external_transition=transition,
             options=options, loader=loader, rows=rows,
         )
         env.sandbox = sandbox
-        env.sandbox_isolation = sandbox.describe()
+        env.sandbox_isolation = reward.sandbox_isolation
         env.expert = expert
         return env
 
