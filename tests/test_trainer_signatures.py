@@ -26,6 +26,8 @@ ACTOR_CRITIC_INIT = (
 MADPO_ITER_INIT = (
     "(self, *args: 'Any', **kwargs: 'Any')"
 )
+# MADPO adds one keyword-only argument after 1.4.x's: peft_config, refused with a message (the preference
+# trainers have no adapter path) instead of a TypeError; every 1.4.x call binds as before.
 MADPO_INIT = (
     "(self, agent_model: 'Any' = None, agents: 'Optional[List[Any]]' = None, "
     "num_agents: 'Optional[int]' = None, tokenizer: 'Any' = None, model_config: 'Optional[Dict[str, "
@@ -33,7 +35,7 @@ MADPO_INIT = (
     "reward_processor: 'Any' = None, formatters: 'Any' = None, external_transition: 'Any' = None, "
     "wandb_config: 'Optional[Dict[str, Any]]' = None, eval_logger: 'Any' = None, "
     "eval_aggregator: 'Any' = None, args: 'Optional[MADPOConfig]' = None, *, "
-    "centralized_comparator_adapter: 'Any' = None)"
+    "centralized_comparator_adapter: 'Any' = None, peft_config: 'Any' = None)"
 )
 MARLHF_INIT = (
     "(self, *args: 'Any', metrics_callback: 'Any' = None, critic_model: 'Any' = None, "

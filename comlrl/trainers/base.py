@@ -157,6 +157,7 @@ class TrainerBase(RunServices, EpochLoop, TrainerCheckpoints):
         config as the value used), the optional packages they need, and how models are loaded."""
         a = self.args
         explicit = a.precision is not None
+        self._requested_precision = a.precision  # what the user asked for (a sub-engine resolves it the same way)
         self.precision = resolve_precision(a.precision, model_config, self.agent_devices)
         a.precision = self.precision.name
         require_optional_packages(a)

@@ -96,6 +96,9 @@ def test_real_dataset_with_the_wrong_schema_is_refused(tmp_path, monkeypatch):
 
 
 def test_unreachable_real_dataset(tmp_path, monkeypatch, capsys):
+    from comlrl.envs import sources
+
+    monkeypatch.setattr(sources, "_NOTICES", set())  # the notice prints once per process: not yet in this test
     monkeypatch.setenv(DATASETS_DIR_ENV, str(tmp_path))  # empty: falls through to the hub, which is offline in tests
     env = get_environment("tldr")
     with pytest.raises(ValueError, match="Could not load the tldr dataset 'trl-lib/tldr'.*offline=True"):

@@ -208,6 +208,9 @@ class MARLHFTrainer(MADPOTrainer):
         a = self.args
         cls = IACTrainer if a.rl_algorithm == "iac" else MAACTrainer
         fields = {name: getattr(a, name) for name in engine_fields(cls.default_config_cls)}
+        # the precision as asked for, not as resolved into the config: the engine resolves it again from
+        # the same model_config and devices (an explicit "fp32" would contradict a torch_dtype="auto")
+        fields["precision"] = getattr(self, "_requested_precision", a.precision)
         fields.update(num_agents=self.num_agents, critic_learning_rate=a.critic_learning_rate or a.agent_learning_rate,
                       verbose=False, output_dir=None, overwrite_output_dir=False, tensorboard=False)
         return cls, cls.default_config_cls(**fields)
