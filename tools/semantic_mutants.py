@@ -6,7 +6,7 @@ copy runs first and must pass, so a "kill" is never a broken setup.
 
     python tools/semantic_mutants.py                 # every mutant, the default test subset
     python tools/semantic_mutants.py --list          # names and what they change
-    python tools/semantic_mutants.py --only kl_dropped_magrpo --tests tests/test_mechanisms_kl_critics.py
+    python tools/semantic_mutants.py --only kl_dropped_magrpo --tests tests/trainers/test_kl_and_critic_settings.py
 
 Exit status 0 when every mutant is killed. The results are recorded in docs/testing.md.
 """
@@ -27,11 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The fast tests that guard learning itself (none is marked slow).
 DEFAULT_TESTS = [
-    "tests/test_direction_magrpo.py",
-    "tests/test_direction_actor_critic.py",
-    "tests/test_mechanisms.py",
-    "tests/test_mechanisms_kl_critics.py",
-    "tests/test_actor_critic_multiturn.py",
+    "tests/trainers/reinforce/test_direction.py",
+    "tests/trainers/actor_critic/test_direction.py",
+    "tests/trainers/test_optimisation_mechanisms.py",
+    "tests/trainers/test_kl_and_critic_settings.py",
+    "tests/trainers/actor_critic/test_multiturn.py",
 ]
 
 

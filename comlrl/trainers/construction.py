@@ -1,7 +1,7 @@
 """The steps the trainer families' constructors share, written once.
 
 CoMLRL 1.4.x gave the three families different constructor signatures, and they stay exactly as
-they were (tests/test_trainer_signatures.py): MAGRPO's order with ``num_agents``, ``eval_logger``
+they were (tests/trainers/test_public_signatures.py): MAGRPO's order with ``num_agents``, ``eval_logger``
 and ``eval_aggregator``; the actor-critic order with ``critic_model``, ``metrics_callback`` and
 ``critics``; MADPO's, MAGRPO's without ``peft_config`` plus a keyword-only comparator adapter. What
 each constructor does with the keywords they share is here: the team (how many agents, from which

@@ -15,10 +15,10 @@ from comlrl.adapters import CompletionClient
 from comlrl.cli.main import main
 from comlrl.envs import get_environment
 from comlrl.envs.coding.expert import PROVIDERS, ExpertEditsError, ExpertRequestRefused, last_json_object, resolve_settings
-from local_http import Reply
-from test_completion_api import Sleeps, server  # noqa: F401 (the scripted 127.0.0.1 server fixture)
+from tests.helpers.local_http import Reply
+from tests.adapters.test_completion_api import Sleeps, server  # noqa: F401 (the scripted 127.0.0.1 server fixture)
 
-from .test_train_cli import tiny
+from tests.helpers.cli_runs import tiny
 
 KEY = "sk-expert-Secret-0123456789"
 ROW = {

@@ -13,8 +13,8 @@ from comlrl.cli.main import main
 from comlrl.envs import get_environment
 from comlrl.envs.writing.single import SPLIT_LABEL, SPLIT_MARKER, SPLIT_THIRD, split_paragraphs
 
-from .test_train_cli import read_jsonl, tiny, train
-from .test_writing_rewards import C1, C2
+from tests.helpers.cli_runs import read_jsonl, tiny, train
+from tests.envs.test_writing_rewards import C1, C2
 
 # ----------------------------------------------------------------------------- the split
 

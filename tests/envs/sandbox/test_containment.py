@@ -20,7 +20,7 @@ import pytest
 from comlrl.envs import get_environment
 from comlrl.envs.sandbox import HARNESS
 
-from .attacks import Attack, Host, escape_main, score_batch, wait_for_no_survivors, with_host
+from tests.helpers.sandbox_attacks import Attack, Host, escape_main, score_batch, wait_for_no_survivors, with_host
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 

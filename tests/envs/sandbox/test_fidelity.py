@@ -19,7 +19,7 @@ import pytest
 
 from comlrl.envs.sandbox import Sandbox, TestJob
 
-from .attacks import LEVELS
+from tests.helpers.sandbox_attacks import LEVELS
 
 CASES = [
     ("def f(n):\n    yield from range(n)", ["assert list(f(3)) == [0, 1, 2]", "assert f(2) == [0, 1]", "assert sum(f(4)) == 6",

@@ -21,7 +21,7 @@ import pytest
 
 from comlrl.envs import get_environment
 
-from .attacks import FRAME, LEVELS, ROW, runtime_hashes
+from tests.helpers.sandbox_attacks import FRAME, LEVELS, ROW, runtime_hashes
 
 # name -> (default-argument expression run at load, statements run at call, returned expression)
 FORGERIES = {

@@ -19,7 +19,7 @@ import pytest
 from comlrl.envs import get_environment
 from comlrl.envs.sandbox import Sandbox, SandboxIsolationWarning, SandboxUnavailableError, TestJob, isolation, remove_tree, seccomp
 
-from .attacks import DISARM
+from tests.helpers.sandbox_attacks import DISARM
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
 

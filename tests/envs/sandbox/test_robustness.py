@@ -17,7 +17,7 @@ import pytest
 from comlrl.envs import get_environment
 from comlrl.envs.sandbox import Sandbox, SandboxLimits, TestJob
 
-from .attacks import FRAME, LEVELS, ROW, runtime_hashes
+from tests.helpers.sandbox_attacks import FRAME, LEVELS, ROW, runtime_hashes
 
 EMPTY = b"l\\x00\\x00\\x00\\x00"
 JUNK = {

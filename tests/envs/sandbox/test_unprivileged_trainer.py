@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from .attacks import DISARM
+from tests.helpers.common import REPO_ROOT
+from tests.helpers.sandbox_attacks import DISARM
 
 TRAINER_UID = 4242
 SYSTEM_PYTHON = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3") if os.path.exists(p)), None)
@@ -25,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="run as a non-root user, the whole suite already takes the non-root route"),
     pytest.mark.skipif(SYSTEM_PYTHON is None, reason="no system python3 that another uid may run"),
 ]
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = REPO_ROOT
 TRAINER = r"""
 import json, os, sys, types
 for name, path in (("comlrl", sys.argv[1] + "/comlrl"), ("comlrl.envs", sys.argv[1] + "/comlrl/envs")):

@@ -1,0 +1,107 @@
+"""Console output: quiet means quiet, the epoch bar ends on the epoch mean, one line per epoch off a
+terminal, an estimate after the first step."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+from comlrl.telemetry.progress import ProgressBar, StepTimer, format_duration, library_bars, remaining_steps
+from tests.helpers.common import length_ratio
+
+
+def make(tiny_paths, dataset, **overrides):
+    fields = dict(num_turns=1, num_train_epochs=2, num_generations=2, max_new_tokens=3, eval_interval=0, logging_steps=1,
+                  rollout_buffer_size=1)
+    fields.update(overrides)
+    return MAGRPOTrainer(agents=[tiny_paths["llama"], tiny_paths["gpt2"]], reward_func=length_ratio, train_dataset=dataset,
+                         args=MAGRPOConfig(**fields))
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_epoch_means_are_the_mean_of_the_epochs_steps(tiny_paths, prompts_dataset):
+    trainer = make(tiny_paths, prompts_dataset, verbose=False)
+    trainer.train()
+    rows = trainer.log_history
+    assert [row["env_step"] for row in rows] == [2, 4, 6, 8, 10, 12, 14, 16]  # the epoch's last row is not doubled
+    for epoch, epoch_rows in ((1, rows[:4]), (2, rows[4:])):
+        last = epoch_rows[-1]
+        assert last["epoch"] == epoch and all("epoch" not in row for row in epoch_rows[:-1])
+        # logging_steps=1: each row is one step, so the epoch mean is the plain mean of the four rows
+        for key in ("turn_1/reward_mean", "turn_1/expected_return"):
+            assert last[f"epoch/{key}"] == pytest.approx(sum(row[key] for row in epoch_rows) / 4)
+
+
+def test_off_a_terminal_one_line_per_epoch_with_its_mean_and_an_estimate(tiny_paths, prompts_dataset, capsys):
+    trainer = make(tiny_paths, prompts_dataset, verbose=True)
+    capsys.readouterr()  # the loading bars of transformers (verbose)
+    trainer.train()
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    means = [row["epoch/turn_1/reward_mean"] for row in trainer.log_history if "epoch" in row]
+    assert re.fullmatch(r"MAGRPO: first step took \d+ s; about [\w ]+ for the 7 remaining steps \(estimate\)", lines[0])
+    assert len(lines) == 3 and "100%" not in err and "\r" not in err
+    for epoch, (line, mean) in enumerate(zip(lines[1:], means), start=1):
+        assert re.fullmatch(rf"MAGRPO epoch {epoch}/2: 4/4 items in [\w ]+; epoch mean reward_mean={mean:.3f}, "
+                            r"expected_return=\d\.\d{3}", line), line
+
+
+def test_on_a_terminal_the_final_postfix_is_the_epoch_mean():
+    stream = Terminal()
+    bar = ProgressBar(total=4, initial=0, enabled=True, desc="MAGRPO epoch 1/1", stream=stream)
+    bar.update(2, {"turn_1/reward_mean": 0.9})
+    bar.update(2, None)
+    bar.finish({"turn_1/reward_mean": 0.1, "epoch": 1.0, "epoch/turn_1/reward_mean": 0.5, "epoch/turn_1/expected_return": 0.25})
+    bar.close()
+    final = stream.getvalue().split("\r")[-1]
+    assert "4/4" in final and "epoch mean reward_mean=0.500, expected_return=0.250" in final
+
+
+def test_disabled_bar_prints_nothing():
+    stream = Terminal()
+    bar = ProgressBar(total=4, initial=0, enabled=False, desc="x", stream=stream)
+    bar.update(4, {"turn_1/reward_mean": 1.0})
+    bar.note("estimate")
+    bar.finish({"epoch/turn_1/reward_mean": 1.0})
+    bar.close()
+    assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_quiet_silences_the_loading_and_saving_bars_of_transformers(tiny_paths, prompts_dataset, tmp_path, capsys, verbose):
+    trainer = make(tiny_paths, prompts_dataset, verbose=verbose, num_train_epochs=1)
+    trainer.save_model(str(tmp_path / "agents"))
+    err = capsys.readouterr().err
+    for bar in ("Loading weights", "Writing model shards"):
+        assert (bar in err) is verbose
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()  # restored after the quiet block
+
+
+def test_library_bars_restore_a_disabled_state():
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        with library_bars(False):
+            assert not hf_logging.is_progress_bar_enabled()
+        assert not hf_logging.is_progress_bar_enabled()  # it was off before: it stays off
+    finally:
+        hf_logging.enable_progress_bar()
+
+
+def test_remaining_steps_and_durations():
+    # 10 items, 3 per step -> 4 steps per epoch; from item 6 of epoch 0 (of 3): 2 + 4 + 4
+    assert remaining_steps(10, 3, epoch=0, position=6, epochs=3) == 10
+    assert remaining_steps(None, 3, epoch=0, position=0, epochs=3) is None
+    assert [format_duration(s) for s in (4.4, 95, 3725)] == ["4 s", "1 min 35 s", "1 h 2 min"]
+    timer = StepTimer(None)
+    assert timer.estimate().startswith("first step took") and timer.estimate() is None
