@@ -134,26 +134,9 @@ def encode(value: object, as_ref: Callable[[object], Ref | None] | None = None, 
     def walk(v: object, depth: int) -> None:
         if depth > max_depth:
             raise WireError(f"the value is nested deeper than {max_depth} levels")
-        if v is None:
-            put(b"N")
-        elif v is True or v is False:
-            put(b"T" if v else b"F")
-        elif isinstance(v, int):
-            v = int.__index__(v)
-            raw = v.to_bytes((v.bit_length() + 8) // 8 or 1, "big", signed=True)
-            if len(raw) > MAX_INT_BYTES:
-                raise WireError(f"an int of {len(raw)} bytes is larger than {MAX_INT_BYTES}")
-            put(b"i" + _U32.pack(len(raw)) + raw)
-        elif isinstance(v, float):
-            put(b"f" + _F64.pack(float.__float__(v)))
-        elif isinstance(v, complex):
-            put(b"c" + _C128.pack(v.real, v.imag))
-        elif isinstance(v, str):
-            raw = str.__str__(v).encode("utf-8", "surrogatepass")
-            put(b"s" + _U32.pack(len(raw)) + raw)
-        elif isinstance(v, (bytes, bytearray)):
-            raw = bytes(v)
-            put(b"b" + _U32.pack(len(raw)) + raw)
+        scalar = _scalar_frame(v)
+        if scalar is not None:
+            put(scalar)
         elif isinstance(v, dict):
             items = list(dict.items(v))
             put(b"d" + _U32.pack(len(items)))
@@ -181,6 +164,32 @@ def encode(value: object, as_ref: Callable[[object], Ref | None] | None = None, 
 
     walk(value, 0)
     return b"".join(out)
+
+
+def _scalar_frame(v: object) -> bytes | None:
+    """The frame of a None, bool, int, float, complex, str or bytes value (subclasses written as the
+    plain type); None for every other value."""
+    if v is None:
+        return b"N"
+    if v is True or v is False:
+        return b"T" if v else b"F"
+    if isinstance(v, int):
+        v = int.__index__(v)
+        raw = v.to_bytes((v.bit_length() + 8) // 8 or 1, "big", signed=True)
+        if len(raw) > MAX_INT_BYTES:
+            raise WireError(f"an int of {len(raw)} bytes is larger than {MAX_INT_BYTES}")
+        return b"i" + _U32.pack(len(raw)) + raw
+    if isinstance(v, float):
+        return b"f" + _F64.pack(float.__float__(v))
+    if isinstance(v, complex):
+        return b"c" + _C128.pack(v.real, v.imag)
+    if isinstance(v, str):
+        raw = str.__str__(v).encode("utf-8", "surrogatepass")
+        return b"s" + _U32.pack(len(raw)) + raw
+    if isinstance(v, (bytes, bytearray)):
+        raw = bytes(v)
+        return b"b" + _U32.pack(len(raw)) + raw
+    return None
 
 
 def _rebuilt(v: object) -> tuple[bytes, list] | None:
