@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from comlrl.core.credit import joint_returns_of_agent
 from comlrl.core.returns import cross_marginal_returns, node_returns
 from comlrl.rollout.formatters import Formatter
 from comlrl.rollout.generation import Completions, GenerationBackend, SamplingParams
@@ -55,6 +56,8 @@ class GroupSample:
     old_logprobs: Optional[List[torch.Tensor]] = None  # K 1-D log-probs recorded while sampling
     policy_version: int = 0  # the agent's optimizer steps when it sampled these (stale once it steps again)
     reference_log_ratio: Optional[torch.Tensor] = None  # [K] log pi - log pi_ref: the KL penalty's basis
+    joint_returns: Optional[torch.Tensor] = None  # cross mode: [K, K^(N-1)] returns against each context of the others
+    node_key: Optional[Tuple[Any, ...]] = None  # (node_env_step, item_id, path): the node's identity in its step
 
 
 @dataclass
@@ -271,8 +274,10 @@ class TreeRollout:
     def _group_sample(self, node: Node, agent: int) -> GroupSample:
         completions = node.level.completions[agent]
         rows = node.completions[agent]
+        joint = None
         if self.joint_mode == "cross":
             credit = cross_marginal_returns(node.returns, self.num_agents, self.k)[agent]
+            joint = joint_returns_of_agent(node.returns, agent, self.num_agents, self.k)
         else:
             credit = node.returns.clone()
         extras = node.level.extras[agent]
@@ -291,6 +296,8 @@ class TreeRollout:
             reference_kl=kl[rows[0] : rows[-1] + 1].clone() if kl is not None else None,
             reference_log_ratio=log_ratio[rows[0] : rows[-1] + 1].clone() if log_ratio is not None else None,
             old_logprobs=[old[row] for row in rows] if old is not None else None,
+            joint_returns=joint,
+            node_key=(node.env_step, node.item_id, node.path),
         )
 
     def _turn_metrics(self, nodes: List[Node]) -> Dict[str, float]:

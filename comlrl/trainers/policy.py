@@ -15,7 +15,8 @@ import torch
 import torch.nn as nn
 
 from comlrl.core.kl import sequence_kl, sequence_log_ratio
-from comlrl.core.losses import policy_gradient_loss
+from comlrl.core.policy_losses import PolicyLossInputs
+from comlrl.core.registry import get_policy_loss
 from comlrl.models.checkpointing import scoring_mode
 from comlrl.models.loading import frozen_copy, model_device
 from comlrl.models.lora import adapter_free_reference
@@ -176,17 +177,27 @@ def backward_policy_rows(
     micro_batch_size: Optional[int],
     label: str,
     auxiliary: Optional[AuxiliaryLoss] = None,
+    loss_type: str = "sequence_sum",
+    clip_high: Optional[float] = None,
+    max_length: Optional[int] = None,
+    batch_tokens: Optional[float] = None,
 ) -> Dict[str, float]:
-    """Forward and backward the policy-gradient loss of ``rows`` (plus ``auxiliary``'s term, from the
-    same forward) through ``agent.optimizer`` (the caller finishes with ``agent.optimizer.step``).
+    """Forward and backward the policy loss registered as ``loss_type`` over ``rows`` (plus
+    ``auxiliary``'s term, from the same forward) through ``agent.optimizer`` (the caller finishes with
+    ``agent.optimizer.step``).
 
-    Rows marked stale are importance-weighted with their sampling log-probs and PPO-clipped at
-    ``clip_range``; the others take the plain on-policy loss. Dropout is off (eval mode), as in
-    sampling. Raises FloatingPointError on a non-finite loss.
+    Rows marked stale are importance-weighted with their sampling log-probs and clipped to
+    ``[1 - clip_range, 1 + (clip_high or clip_range)]``; the others take the plain on-policy loss.
+    ``max_length`` and ``batch_tokens`` are the normalisers of the token-mean losses (``batch_tokens``
+    defaults to the weighted mean length of ``rows``). Dropout is off (eval mode), as in sampling.
+    Raises FloatingPointError on a non-finite loss.
     """
     model = agent.model
     scoring_mode(model)
     size = micro_batch_size or len(rows)
+    loss_fn = get_policy_loss(loss_type)
+    if batch_tokens is None:
+        batch_tokens = weighted_mean_length(rows)
     totals = {"loss": 0.0, "entropy": 0.0, "ratio": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "tokens": 0.0}
     extra_totals: Dict[str, float] = {}
     for start in range(0, len(rows), size):
@@ -198,15 +209,15 @@ def backward_policy_rows(
         with agent.autocast():
             scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
         old = _old_logprob_tensor(rows.old_logprobs[start:stop], scores.logprobs)
-        output = policy_gradient_loss(
+        output = loss_fn(PolicyLossInputs(
             scores.logprobs,
             batch.mask,
             torch.tensor(rows.advantages[start:stop], device=agent.device),
             torch.tensor(rows.weights[start:stop], device=agent.device),
             old_token_logprobs=old,
-            clip_range=clip_range,
             importance_rows=torch.tensor(rows.stale[start:stop], dtype=torch.bool, device=agent.device),
-        )
+            clip_low=clip_range, clip_high=clip_high, max_length=max_length, batch_tokens=batch_tokens,
+        ))
         loss = output.loss
         if auxiliary is not None:
             extra, extra_metrics = auxiliary(scores, batch, slice(start, stop))
@@ -230,6 +241,12 @@ def backward_policy_rows(
         for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
             totals[key] += float(value) * tokens
     return {**_policy_metrics(totals, rows), **extra_totals}
+
+
+def weighted_mean_length(rows: PolicyRows) -> float:
+    """``sum_r w_r |y_r| / sum_r w_r``: the mean completion length, weighted as the loss weights rows."""
+    total = sum(rows.weights)
+    return sum(w * len(c) for w, c in zip(rows.weights, rows.completions)) / total if total > 0 else 0.0
 
 
 def sampler_mismatch(logprobs: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, stale: Sequence[bool]) -> Tuple[float, float]:

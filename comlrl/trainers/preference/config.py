@@ -12,7 +12,7 @@ from typing import Any, ClassVar, FrozenSet, Optional, Tuple
 
 import torch
 
-from comlrl.core.advantages import ADVANTAGE_MODES
+from comlrl.core.registry import advantage_names
 from comlrl.core.preference import PAIR_SELECTIONS
 from comlrl.trainers.actor_critic.config import CRITIC_TYPES
 from comlrl.trainers.config_base import (
@@ -131,7 +131,7 @@ class MADPOConfig(RolloutFields):
         self._validate_common()
         self._validate_rollout()
         require_choice(self, "joint_mode", ("aligned",), {"align": "aligned"})
-        require_choice(self, "advantage_mode", ADVANTAGE_MODES)
+        require_choice(self, "advantage_mode", advantage_names())
         require_at_least(self, "agent_learning_rate", 0.0)
         _require_optional_int(self, "collection_batch_size", 1)
 
