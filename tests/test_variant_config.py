@@ -1,0 +1,68 @@
+"""The variant fields of MAGRPOConfig: validated against the registries (a user's own estimator or
+loss is selected by name and really used), and the refused combinations name the fields and the fix."""
+
+import pytest
+from conftest import prompt_dataset as dataset
+from conftest import snapshot
+
+from comlrl.core import get_policy_loss, register_advantage, register_policy_loss
+from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+CALLS = {"loss": 0, "advantage": 0}
+
+
+@register_policy_loss("test_counted_sum", replace=True)
+def _counted_sum(inputs):
+    CALLS["loss"] += 1
+    return get_policy_loss("sequence_sum")(inputs)
+
+
+@register_advantage("test_counted_mean", replace=True)
+def _counted_mean(returns):
+    CALLS["advantage"] += 1
+    return returns - returns.mean(dim=-1, keepdim=True)
+
+
+def test_unknown_names_list_the_registered_ones():
+    with pytest.raises(ValueError, match="advantage_mode must be one of mean, max, rloo, raw.*Got 'median'"):
+        MAGRPOConfig(advantage_mode="median")
+    with pytest.raises(ValueError, match="loss_type must be one of sequence_sum, grpo, dr_grpo, dapo, bnpo, gspo"):
+        MAGRPOConfig(loss_type="ppo")
+
+
+def test_user_registered_loss_and_estimator_train_from_a_config(tiny_paths):
+    config = MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, num_agents=1, num_generations=3, max_new_tokens=4,
+                          rollout_buffer_size=2, agent_learning_rate=1e-2, loss_type="test_counted_sum",
+                          advantage_mode="test_counted_mean")
+    assert (config.loss_type, config.advantage_mode) == ("test_counted_sum", "test_counted_mean")
+    trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [float(len(x)) for x in c],
+                            train_dataset=dataset(4), args=config)
+    before = snapshot(trainer.agents[0])
+    CALLS.update(loss=0, advantage=0)
+    trainer.train()
+    assert CALLS["loss"] == 2  # 4 prompts / 2 per buffer: two optimizer steps, one micro-batch each
+    assert CALLS["advantage"] >= 4  # one call per group (and the logged credit correlation)
+    assert any((a != b).any() for a, b in zip(before, trainer.agents[0].parameters()))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(epsilon_high=0.28), 'epsilon_high needs a loss_type other than "sequence_sum"'),
+    (dict(loss_type="dapo", epsilon_high=0.28, importance_clip_range=None), "epsilon_high needs importance_clip_range"),
+    (dict(loss_type="dapo", epsilon_high=-1.0), "epsilon_high must be"),
+    (dict(scale_rewards="batch", advantage_normalization=False), "scale_rewards='batch' needs advantage_normalization=True"),
+    (dict(scale_rewards="std"), "scale_rewards must be one of group, batch, none"),
+    (dict(advantage_grouping="item"), "advantage_grouping must be one of node, agent_turn"),
+    (dict(counterfactual_credit=True), 'counterfactual_credit needs joint_mode="cross"'),
+    (dict(counterfactual_credit=True, joint_mode="cross", advantage_grouping="agent_turn"), 'use advantage_grouping="node"'),
+    (dict(counterfactual_credit="yes"), "counterfactual_credit must be True or False"),
+    (dict(sequential_updates=True, joint_mode="cross"), 'sequential_updates needs joint_mode="aligned"'),
+    (dict(sequential_updates=True, parallel_training="mp", agent_devices=["cpu", "cpu"]), 'parallel_training="mp"'),
+])
+def test_refused_combinations(fields, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        MAGRPOConfig(num_agents=2, **fields)
+
+
+def test_accepted_variant_values_are_normalised():
+    config = MAGRPOConfig(loss_type=" DAPO ", epsilon_high=0.28, scale_rewards="Batch", advantage_grouping="agent_turn")
+    assert (config.loss_type, config.scale_rewards, config.advantage_grouping) == ("dapo", "batch", "agent_turn")
