@@ -38,7 +38,8 @@ VARIANTS = {
     "gspo": dict(loss_type="gspo", **STALE),
     "scale_batch": dict(scale_rewards="batch", rollout_buffer_size=2),
     "scale_none": dict(scale_rewards="none", rollout_buffer_size=2),
-    "agent_turn": dict(advantage_grouping="agent_turn", rollout_buffer_size=2),
+    # pooled over two prompts, the baseline mixes them: three epochs for every prompt to move up
+    "agent_turn": dict(advantage_grouping="agent_turn", rollout_buffer_size=2, num_train_epochs=3),
     "counterfactual": dict(joint_mode="cross", counterfactual_credit=True, rollout_buffer_size=2),
     "sequential": dict(sequential_updates=True, rollout_buffer_size=2),
 }
@@ -53,7 +54,7 @@ def _train(tiny_paths, fields):
     prompts = PROMPTS[:4]
     before = [completion_logprobs(m, t, prompts, ids) for m, t in zip(agents, tokenizers)]
     trainer = MAGRPOTrainer(agents=agents, tokenizer=tokenizers, reward_func=shared_reward, train_dataset=dataset(4),
-                            args=MAGRPOConfig(**BASE, **fields))
+                            args=MAGRPOConfig(**{**BASE, **fields}))
     calls = record_calls(trainer)
     trainer.train()
     after = [completion_logprobs(m, t, prompts, ids) for m, t in zip(agents, tokenizers)]
