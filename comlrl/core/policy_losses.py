@@ -27,7 +27,7 @@ from typing import Optional
 
 import torch
 
-from comlrl.core.losses import PolicyLossOutput, policy_gradient_loss
+from comlrl.core.losses import PolicyLossOutput, policy_gradient_loss, ratio_diagnostics
 from comlrl.core.registry import register_policy_loss
 
 
@@ -83,16 +83,10 @@ def _clip(ratio: torch.Tensor, x: PolicyLossInputs) -> torch.Tensor:
 
 def _diagnostics(x: PolicyLossInputs, ratio: torch.Tensor, clipped: torch.Tensor, log_ratio: torch.Tensor, loss: torch.Tensor) -> PolicyLossOutput:
     """Mean ratio, fraction of clipped tokens, and the k3 KL(pi_old || pi), over rows with sampling log-probs."""
-    maskf = x.mask.to(x.token_logprobs.dtype)
-    zero = x.token_logprobs.new_zeros(())
     if x.old_token_logprobs is None:
+        zero = x.token_logprobs.new_zeros(())
         return PolicyLossOutput(loss, zero + 1.0, zero, zero)
-    with torch.no_grad():
-        count = maskf.sum().clamp_min(1.0)
-        ratio_mean = (ratio * maskf).sum() / count
-        clip_fraction = (((ratio - clipped).abs() > 0).to(maskf.dtype) * maskf).sum() / count
-        approx_kl = (((ratio - 1.0) - log_ratio) * maskf).sum() / count
-    return PolicyLossOutput(loss, ratio_mean, clip_fraction, approx_kl)
+    return ratio_diagnostics(loss, ratio, clipped, log_ratio, x.mask.to(x.token_logprobs.dtype))
 
 
 def token_terms(x: PolicyLossInputs):
