@@ -264,9 +264,35 @@ def plot(runs: Dict[tuple, Dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
+def in_progress(out: str, runs: Dict[tuple, Dict[str, Any]]) -> Dict[str, Any]:
+    """Runs started but not finished (no runs.jsonl line): the steps they logged and their per-step
+    reward curve, and, against the same seed's default run, the mean reward over the steps both have."""
+    partial: Dict[str, Any] = {}
+    for task in sorted(os.listdir(out)) if os.path.isdir(out) else []:
+        for variant in sorted(os.listdir(os.path.join(out, task))) if os.path.isdir(os.path.join(out, task)) else []:
+            for seed_dir in sorted(os.listdir(os.path.join(out, task, variant))):
+                seed = int(seed_dir[4:]) if seed_dir.startswith("seed") and seed_dir[4:].isdigit() else None
+                if seed is None or (task, variant, seed) in runs:
+                    continue
+                curve = reward_curve(os.path.join(out, task, variant, seed_dir, "run", "metrics.jsonl"))
+                partial[f"{task}/{variant}/seed{seed}"] = {"steps_logged": len(curve), "curve": curve}
+    for key, entry in partial.items():
+        task, variant, seed = key.split("/")
+        base = partial.get(f"{task}/default/{seed}", {}).get("curve") or runs.get((task, "default", int(seed[4:])), {}).get("curve")
+        if variant != "default" and base:
+            n = min(len(base), len(entry["curve"]))
+            entry["common_steps"] = n
+            entry["mean_reward_common_steps"] = mean(entry["curve"][:n])
+            entry["default_mean_reward_common_steps"] = mean(base[:n])
+    return partial
+
+
 def report(out: str) -> Dict[str, Any]:
     runs = load_runs(out)
     summary = summarise(runs)
+    partial = in_progress(out, runs)
+    if partial:
+        summary["_in_progress"] = partial
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     if runs:

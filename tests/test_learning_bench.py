@@ -73,3 +73,21 @@ def test_env_run_records_a_resumable_line(learning, tiny_paths, tmp_path):
     summary = learning.report(Args.out)
     assert summary["strbuild"]["scale_batch"]["seeds"] == [3]
     assert os.path.getsize(os.path.join(Args.out, "curves.png")) > 0
+
+
+def test_unfinished_runs_are_reported_on_common_steps(learning, tmp_path):
+    def metrics(variant, rewards):
+        run = tmp_path / "t" / variant / "seed2" / "run"
+        run.mkdir(parents=True)
+        rows = [{"env_step": 8 * (i + 1), "turn_1/reward_mean": r} for i, r in enumerate(rewards)]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    metrics("default", [0.2, 0.4, 0.6])
+    metrics("x", [0.3, 0.7])
+    partial = learning.in_progress(str(tmp_path), {})
+    assert partial["t/default/seed2"]["steps_logged"] == 3
+    x = partial["t/x/seed2"]
+    # the two steps both logged: x (0.3 + 0.7) / 2 = 0.5 against default (0.2 + 0.4) / 2 = 0.3
+    assert x["common_steps"] == 2
+    assert_close(x["mean_reward_common_steps"], 0.5)
+    assert_close(x["default_mean_reward_common_steps"], 0.3)
