@@ -66,3 +66,23 @@ def test_refused_combinations(fields, message):
 def test_accepted_variant_values_are_normalised():
     config = MAGRPOConfig(loss_type=" DAPO ", epsilon_high=0.28, scale_rewards="Batch", advantage_grouping="agent_turn")
     assert (config.loss_type, config.scale_rewards, config.advantage_grouping) == ("dapo", "batch", "agent_turn")
+
+
+def test_the_documented_registration_example_runs(monkeypatch):
+    import os
+    import re
+
+    import torch
+
+    from comlrl.core.registry import ADVANTAGES, POLICY_LOSSES
+
+    monkeypatch.setattr(ADVANTAGES, "_table", dict(ADVANTAGES._table))  # the example's names stay in this test
+    monkeypatch.setattr(POLICY_LOSSES, "_table", dict(POLICY_LOSSES._table))
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "algorithms.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    assert len(blocks) == 1
+    namespace: dict = {}
+    exec(compile(blocks[0], "docs/algorithms.md", "exec"), namespace)
+    assert (namespace["config"].advantage_mode, namespace["config"].loss_type) == ("median", "half_sum")
+    # [1, 5, 3]: median 3 -> [-2, 2, 0]
+    assert torch.equal(namespace["median_baseline"](torch.tensor([1.0, 5.0, 3.0])), torch.tensor([-2.0, 2.0, 0.0]))
