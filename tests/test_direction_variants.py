@@ -66,6 +66,10 @@ def test_variant_raises_the_rewarded_completion(tiny_paths, name):
     before, after, calls = _train(tiny_paths, VARIANTS[name])
     for b, a in zip(before, after):
         assert_preference_learned(b, a)
+    correlations = [c["agents/credit_correlation"] for c in calls if "agents/credit_correlation" in c]
+    if name == "counterfactual":  # agent 0's credit varies along the rows of the K x K grid, agent 1's along its columns
+        assert correlations and all(abs(c) < 1e-6 for c in correlations)
+    assert all(0.0 <= c["agent_0/frac_zero_signal_groups"] <= 1.0 for c in calls if "agent_0/frac_zero_signal_groups" in c)
     if name == "sequential":  # agent 1's advantages carried agent 0's ratio, which moved off 1
         factors = [c["agent_1/sequential_factor_mean"] for c in calls if "agent_1/sequential_factor_mean" in c]
         assert factors and any(abs(f - 1.0) > 1e-4 for f in factors)

@@ -86,3 +86,22 @@ def test_the_documented_registration_example_runs(monkeypatch):
     assert (namespace["config"].advantage_mode, namespace["config"].loss_type) == ("median", "half_sum")
     # [1, 5, 3]: median 3 -> [-2, 2, 0]
     assert torch.equal(namespace["median_baseline"](torch.tensor([1.0, 5.0, 3.0])), torch.tensor([-2.0, 2.0, 0.0]))
+
+
+def test_multi_agent_diagnostics_are_logged(tiny_paths):
+    from direction_helpers import record_calls
+
+    config = MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, num_generations=3, max_new_tokens=4,
+                          rollout_buffer_size=2, logging_steps=1)
+    # shared reward, aligned mode: both agents get the same returns, hence the same advantages
+    trainer = MAGRPOTrainer(agents=[tiny_paths["llama"], tiny_paths["gpt2"]], reward_func=lambda a, b: [float(len(x) + len(y)) for x, y in zip(a, b)],
+                            train_dataset=dataset(4), args=config)
+    calls = record_calls(trainer)
+    trainer.train()
+    correlations = [c["agents/credit_correlation"] for c in calls if "agents/credit_correlation" in c]
+    assert correlations and all(abs(c - 1.0) < 1e-6 for c in correlations)
+    steps = [c for c in calls if "agent_1/grad_norm" in c]
+    assert len(steps) == 2
+    for row in steps:
+        assert row["agent_1/advantage_abs_mean"] >= 0.0 and row["agent_1/grad_norm"] >= 0.0
+        assert 0.0 <= row["agent_1/frac_zero_signal_groups"] <= 1.0
