@@ -105,3 +105,14 @@ def test_multi_agent_diagnostics_are_logged(tiny_paths):
     for row in steps:
         assert row["agent_1/advantage_abs_mean"] >= 0.0 and row["agent_1/grad_norm"] >= 0.0
         assert 0.0 <= row["agent_1/frac_zero_signal_groups"] <= 1.0
+
+
+def test_marlhf_rl_phase_takes_the_variants_and_actor_critic_refuses_them():
+    from comlrl.trainers.preference import MARLHFConfig
+
+    config = MARLHFConfig(loss_type="dapo", epsilon_high=0.28, scale_rewards="batch")
+    assert (config.loss_type, config.epsilon_high, config.scale_rewards) == ("dapo", 0.28, "batch")
+    with pytest.raises(ValueError, match="scale_rewards, sequential_updates: the MAGRPO-family learning variants need"):
+        MARLHFConfig(rl_algorithm="maac", scale_rewards="none", sequential_updates=True)
+    with pytest.raises(ValueError, match='counterfactual_credit needs joint_mode="cross"'):
+        MARLHFConfig(counterfactual_credit=True)

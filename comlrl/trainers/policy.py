@@ -178,9 +178,7 @@ def backward_policy_rows(
     label: str,
     auxiliary: Optional[AuxiliaryLoss] = None,
     loss_type: str = "sequence_sum",
-    clip_high: Optional[float] = None,
-    max_length: Optional[int] = None,
-    batch_tokens: Optional[float] = None,
+    clip_high: Optional[float] = None, max_length: Optional[int] = None, batch_tokens: Optional[float] = None,
 ) -> Dict[str, float]:
     """Forward and backward the policy loss registered as ``loss_type`` over ``rows`` (plus
     ``auxiliary``'s term, from the same forward) through ``agent.optimizer`` (the caller finishes with
@@ -192,12 +190,10 @@ def backward_policy_rows(
     defaults to the weighted mean length of ``rows``). Dropout is off (eval mode), as in sampling.
     Raises FloatingPointError on a non-finite loss.
     """
-    model = agent.model
-    scoring_mode(model)
+    scoring_mode(agent.model)
     size = micro_batch_size or len(rows)
     loss_fn = get_policy_loss(loss_type)
-    if batch_tokens is None:
-        batch_tokens = weighted_mean_length(rows)
+    batch_tokens = weighted_mean_length(rows) if batch_tokens is None else batch_tokens
     totals = {"loss": 0.0, "entropy": 0.0, "ratio": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "tokens": 0.0}
     extra_totals: Dict[str, float] = {}
     for start in range(0, len(rows), size):
@@ -207,7 +203,7 @@ def backward_policy_rows(
             final_state=auxiliary is not None and auxiliary.final_state,
         )
         with agent.autocast():
-            scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
+            scores = score_completions(agent.model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
         old = _old_logprob_tensor(rows.old_logprobs[start:stop], scores.logprobs)
         output = loss_fn(PolicyLossInputs(
             scores.logprobs,
@@ -230,17 +226,23 @@ def backward_policy_rows(
                 f"scale, lower the learning rate, or set max_grad_norm."
             )
         agent.optimizer.backward(loss, last=stop == len(rows))
-        if old is not None:
-            gap, count = sampler_mismatch(scores.logprobs, old, batch.mask, rows.stale[start:stop])
-            totals["mismatch"] = totals.get("mismatch", 0.0) + gap
-            totals["fresh_tokens"] = totals.get("fresh_tokens", 0.0) + count
-        tokens = float(batch.mask.sum())
-        totals["loss"] += float(output.loss.detach())
-        totals["entropy"] += float((scores.entropy * batch.mask).sum())
-        totals["tokens"] += tokens
-        for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
-            totals[key] += float(value) * tokens
+        _add_micro_batch(totals, output, scores, batch, old, rows.stale[start:stop])
     return {**_policy_metrics(totals, rows), **extra_totals}
+
+
+def _add_micro_batch(totals: Dict[str, float], output: Any, scores: CompletionScores, batch: SequenceBatch,
+                     old: Optional[torch.Tensor], stale: Sequence[bool]) -> None:
+    """Add one micro-batch's loss, entropy, token count, ratio diagnostics and sampler mismatch to ``totals``."""
+    if old is not None:
+        gap, count = sampler_mismatch(scores.logprobs, old, batch.mask, stale)
+        totals["mismatch"] = totals.get("mismatch", 0.0) + gap
+        totals["fresh_tokens"] = totals.get("fresh_tokens", 0.0) + count
+    tokens = float(batch.mask.sum())
+    totals["loss"] += float(output.loss.detach())
+    totals["entropy"] += float((scores.entropy * batch.mask).sum())
+    totals["tokens"] += tokens
+    for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
+        totals[key] += float(value) * tokens
 
 
 def weighted_mean_length(rows: PolicyRows) -> float:

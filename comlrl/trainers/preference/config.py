@@ -7,6 +7,7 @@ before any model loads, with errors that name the field, the value and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, FrozenSet, Optional, Tuple
 
@@ -15,6 +16,7 @@ import torch
 from comlrl.core.registry import advantage_names
 from comlrl.core.preference import PAIR_SELECTIONS
 from comlrl.trainers.actor_critic.config import CRITIC_TYPES
+from comlrl.trainers.reinforce.config import LearningVariantFields
 from comlrl.trainers.config_base import (
     RESUMABLE_RUN_FIELDS,
     RolloutFields,
@@ -156,7 +158,7 @@ class MADPOConfig(RolloutFields):
 
 
 @dataclass
-class MARLHFConfig(MADPOConfig):
+class MARLHFConfig(MADPOConfig, LearningVariantFields):
     """Multi-Agent RL from Human(-style) Feedback: preference pairs -> a joint reward model
     (Bradley-Terry) -> online RL of the agents against the fixed learned reward.
 
@@ -216,6 +218,14 @@ class MARLHFConfig(MADPOConfig):
     """PPO clip epsilon of off-policy updates (MAGRPO ``buffers_per_generation > 1``, AC ``update_epochs > 1``)."""
     update_epochs: int = 1
     """Actor-critic: passes over each drained buffer (see IACConfig)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._validate_variants()
+        changed = [f.name for f in dataclasses.fields(LearningVariantFields) if getattr(self, f.name) != f.default]
+        if changed and self.rl_algorithm in ACTOR_CRITIC_ALGORITHMS:
+            raise ValueError(f"{', '.join(changed)}: the MAGRPO-family learning variants need rl_algorithm magrpo, mareinforce, "
+                             f"marloo or maremax, not {self.rl_algorithm!r}; leave them at their defaults for an actor-critic backend.")
 
     def _validate_preference(self) -> None:
         super()._validate_preference()
