@@ -182,10 +182,11 @@ class MAGRPOTrainer(TrainerBase):
 
         def task(agent: int) -> List[Dict[str, float]]:
             rows: List[Dict[str, float]] = []
-            before = self._sequence_logprobs(agent, batches[agent]) if factors is not None else None
+            passes_on = factors is not None and agent < self.num_agents - 1  # a later agent reads its ratio
+            before = self._sequence_logprobs(agent, batches[agent]) if passes_on else None
             for batch, seed in zip(batches[agent], seeds[agent]):
                 rows.extend(self._update(agent, batch, random.Random(seed), factors))
-            if before is not None and agent < self.num_agents - 1:
+            if before is not None:
                 after = self._sequence_logprobs(agent, batches[agent])
                 for key, old in before.items():
                     ratio = sequential_ratio(after[key], old, self.args.importance_clip_range)
