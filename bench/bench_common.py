@@ -690,3 +690,16 @@ def _jsonable_int(x) -> Optional[int]:
         return int(x)
     except (TypeError, ValueError):
         return None
+
+
+def parse_config_sets(parser, items):
+    """``--config-set FIELD=VALUE`` items -> ``{field: value}`` (values parsed as YAML)."""
+    import yaml
+
+    fields = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--config-set wants FIELD=VALUE, got {item!r}")
+        fields[field.strip()] = yaml.safe_load(value)
+    return fields

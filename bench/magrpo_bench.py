@@ -22,7 +22,10 @@ def main(argv=None) -> None:
     parser.add_argument("--rollout-buffer-size", type=int, default=2)
     parser.add_argument("--top-k", type=int, default=50)
     parser.add_argument("--joint-mode", default="aligned", choices=["aligned", "cross"])
+    parser.add_argument("--config-set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="set one more MAGRPOConfig field (value parsed as YAML), e.g. a loss variant")
     args = parser.parse_args(argv)
+    extra_fields = bc.parse_config_sets(parser, args.config_set)
     paths = bc.resolve_models(args)
     bc.setup_runtime(args)
 
@@ -30,7 +33,7 @@ def main(argv=None) -> None:
 
     models, tokenizers, counters = bc.load_instrumented(args, paths)
     reward = bc.CountingReward(args.num_agents)
-    config = MAGRPOConfig(
+    config = MAGRPOConfig(**{**dict(  # --config-set wins over the workload's values
         num_agents=args.num_agents,
         num_turns=1,
         num_train_epochs=args.epochs,
@@ -45,7 +48,7 @@ def main(argv=None) -> None:
         rollout_buffer_size=args.rollout_buffer_size,
         advantage_normalization=True,
         eval_interval=0,
-    )
+    ), **extra_fields})
 
     def build():
         return MAGRPOTrainer(
@@ -58,7 +61,7 @@ def main(argv=None) -> None:
         )
 
     extra = {"rollout_buffer_size": args.rollout_buffer_size, "joint_mode": args.joint_mode, "lr": args.lr,
-             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k}
+             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "config_set": extra_fields}
     bc.run_and_report("magrpo", args, paths, tokenizers, build, reward, counters, extra=extra)
 
 

@@ -46,12 +46,12 @@ class Mutant:
 
 MUTANTS = [
     Mutant("magrpo_advantages_zeroed", "comlrl/trainers/reinforce/magrpo.py",
-           "return normalize_groups(advantages) if self.args.advantage_normalization else advantages",
-           "return 0.0 * (normalize_groups(advantages) if self.args.advantage_normalization else advantages)",
+           "advantages = turn_advantages(group, self.args)",
+           "advantages = [0.0 * a for a in turn_advantages(group, self.args)]",
            "MAGRPO family: every advantage is 0"),
     Mutant("magrpo_advantages_negated", "comlrl/trainers/reinforce/magrpo.py",
-           "return normalize_groups(advantages) if self.args.advantage_normalization else advantages",
-           "return -(normalize_groups(advantages) if self.args.advantage_normalization else advantages)",
+           "advantages = turn_advantages(group, self.args)",
+           "advantages = [-a for a in turn_advantages(group, self.args)]",
            "MAGRPO family: advantages negated"),
     Mutant("policy_loss_advantages_negated", "comlrl/trainers/policy.py",
            "torch.tensor(rows.advantages[start:stop], device=agent.device),",

@@ -40,8 +40,13 @@ MODEL_PANELS = (  # (panel title, metric names); keys are "<agent_i|critic_i|cri
     ("critic loss", ("value_loss",)),
     ("entropy", ("entropy",)),
     ("completion length (tokens)", ("completion_length",)),
+    # multi-agent learning diagnostics (MAGRPO): what explains a flat or a rising curve
+    ("grad norm (before clipping)", ("grad_norm",)),
+    ("mean |advantage|", ("advantage_abs_mean",)),
+    ("zero-signal groups", ("frac_zero_signal_groups",)),
+    ("agents' credit correlation", ("credit_correlation",)),
 )
-MODEL_KEY = re.compile(r"^(agent_\d+|critic_\d+|critic)/(\w+)$")
+MODEL_KEY = re.compile(r"^(agent_\d+|critic_\d+|critic|agents)/(\w+)$")
 SMOOTHING = 0.6  # weight of the past in the moving average (TensorBoard's default), reached at 20 points
 MIN_SMOOTHED = 10  # fewer training points are drawn as they are: smoothing them would only lag
 STYLES = {"reward_mean": "-", "expected_return": ":"}
@@ -179,7 +184,7 @@ def build_figure(rows: Sequence[Row], title: str):
 
     runs = split_runs(rows)
     panels = [(name, keys) for name, keys in MODEL_PANELS if any(_model_series(rows, keys))]
-    figure = Figure(figsize=(10, 4.8 + (3.0 if panels else 0.0)), dpi=110)
+    figure = Figure(figsize=(max(10.0, 2.6 * len(panels)), 4.8 + (3.0 if panels else 0.0)), dpi=110)
     grid = figure.add_gridspec(2 if panels else 1, max(len(panels), 1), height_ratios=[5, 3] if panels else None)
     reward = figure.add_subplot(grid[0, :])
     colours = _ColourCycle()

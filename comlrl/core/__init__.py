@@ -2,9 +2,21 @@
 preference losses, pair selection and replay sampling.
 
 Nothing here knows about models, devices, configs or files; trainers call these functions.
+Advantage estimators and policy losses are looked up by name in registries (``register_advantage``,
+``register_policy_loss``), so a user's own joins the built-in ones and is selected from a config.
 """
 
 from comlrl.core.advantages import ADVANTAGE_MODES, group_advantages, normalize_flat, normalize_groups
+from comlrl.core.credit import (
+    SCALE_REWARDS,
+    counterfactual_advantages,
+    joint_returns_of_agent,
+    mean_pairwise_correlation,
+    pooled_advantages,
+    scale_advantages,
+    sequential_ratio,
+    zero_signal_fraction,
+)
 from comlrl.core.kl import k3_token_kl, sequence_kl, sequence_log_ratio
 from comlrl.core.losses import PolicyLossOutput, policy_gradient_loss, sequence_logprobs, value_loss
 from comlrl.core.preference import (
@@ -18,31 +30,55 @@ from comlrl.core.preference import (
     select_comparisons,
     shard_draw,
 )
+from comlrl.core.policy_losses import PolicyLossInputs
+from comlrl.core.registry import (
+    advantage_names,
+    get_advantage,
+    get_policy_loss,
+    policy_loss_names,
+    register_advantage,
+    register_policy_loss,
+)
 from comlrl.core.returns import cross_marginal_returns, node_returns, rewards_to_go, td_targets
 
 __all__ = [
     "ADVANTAGE_MODES",
+    "PolicyLossInputs",
     "PolicyLossOutput",
+    "SCALE_REWARDS",
+    "advantage_names",
     "bradley_terry_loss",
+    "counterfactual_advantages",
     "cross_marginal_returns",
+    "get_advantage",
+    "get_policy_loss",
     "group_advantages",
     "joint_margin_loss",
+    "joint_returns_of_agent",
     "k3_token_kl",
+    "mean_pairwise_correlation",
     "node_returns",
     "normalize_flat",
     "normalize_groups",
     "policy_gradient_loss",
+    "policy_loss_names",
+    "pooled_advantages",
     "preference_accuracy",
+    "register_advantage",
+    "register_policy_loss",
     "replay_allocation",
     "replay_sample_size",
     "replay_weights",
     "rewards_to_go",
+    "scale_advantages",
     "select_candidate_pairs",
     "select_comparisons",
     "sequence_kl",
     "sequence_log_ratio",
     "sequence_logprobs",
+    "sequential_ratio",
     "shard_draw",
     "td_targets",
     "value_loss",
+    "zero_signal_fraction",
 ]

@@ -13,40 +13,55 @@ from __future__ import annotations
 
 import torch
 
+from comlrl.core.registry import advantage_names, get_advantage, register_advantage
+
+# The baselines of CoMLRL 1.4.3 (the registry may hold more: ``advantage_names()``).
 ADVANTAGE_MODES = ("mean", "max", "rloo", "raw")
 
 
+@register_advantage("mean")
+def mean_baseline(returns: torch.Tensor) -> torch.Tensor:
+    """GRPO / MAGRPO (Shao et al. 2024, eq. 3 before scaling): ``A_j = R_j - mean_k R_k``. ``[..., K] -> [..., K]``."""
+    wide = returns.double()
+    return (wide - wide.mean(dim=-1, keepdim=True)).to(returns.dtype)
+
+
+@register_advantage("max")
+def max_baseline(returns: torch.Tensor) -> torch.Tensor:
+    """ReMax-style group max (MAReMax): ``A_j = R_j - max_k R_k``. ``[..., K] -> [..., K]``."""
+    wide = returns.double()
+    return (wide - wide.amax(dim=-1, keepdim=True)).to(returns.dtype)
+
+
+@register_advantage("rloo")
+def rloo_baseline(returns: torch.Tensor) -> torch.Tensor:
+    """RLOO (Ahmadian et al. 2024): ``A_j = R_j - mean_{k != j} R_k = (K R_j - sum R) / (K - 1)``;
+    with K = 1 there is no other sample and the mean baseline (zero advantage) is used. ``[..., K] -> [..., K]``."""
+    k = returns.shape[-1]
+    if k <= 1:
+        return mean_baseline(returns)
+    wide = returns.double()
+    return ((k * wide - wide.sum(dim=-1, keepdim=True)) / (k - 1)).to(returns.dtype)
+
+
+@register_advantage("raw")
+def no_baseline(returns: torch.Tensor) -> torch.Tensor:
+    """REINFORCE without a baseline (MAREINFORCE): ``A_j = R_j``. ``[..., K] -> [..., K]``."""
+    return returns.clone()
+
+
 def group_advantages(returns: torch.Tensor, mode: str) -> torch.Tensor:
-    """Advantages of K samples against a baseline computed from the same group.
+    """Advantages of K samples against a baseline computed from the same group: the estimator
+    registered as ``mode`` (built in: "mean", "max", "rloo", "raw"; see their docstrings).
 
     Args:
         returns: ``[..., K]`` returns of the K samples of each group.
-        mode: the baseline
-            - ``"mean"`` (GRPO):   ``A_j = R_j - mean(R)``
-            - ``"max"`` (ReMax):   ``A_j = R_j - max(R)``
-            - ``"rloo"`` (RLOO):   ``A_j = R_j - mean_{k != j} R_k = (K R_j - sum R) / (K - 1)``;
-              with K = 1 there is no other sample and the mean baseline (zero advantage) is used.
-            - ``"raw"`` (REINFORCE without baseline): ``A_j = R_j``.
-
     Returns:
         ``[..., K]`` advantages, same dtype as ``returns``.
     """
-    if mode == "raw":
-        return returns.clone()
-    wide = returns.double()
-    if mode == "mean":
-        out = wide - wide.mean(dim=-1, keepdim=True)
-    elif mode == "max":
-        out = wide - wide.amax(dim=-1, keepdim=True)
-    elif mode == "rloo":
-        k = returns.shape[-1]
-        if k <= 1:
-            out = wide - wide.mean(dim=-1, keepdim=True)
-        else:
-            out = (k * wide - wide.sum(dim=-1, keepdim=True)) / (k - 1)
-    else:
-        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}.")
-    return out.to(returns.dtype)
+    if mode not in advantage_names():
+        raise ValueError(f"advantage mode must be one of {', '.join(advantage_names())}, got {mode!r}.")
+    return get_advantage(mode)(returns)
 
 
 def normalize_groups(advantages: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -85,11 +85,17 @@ def policy_gradient_loss(
         loss = -(surrogate * maskf * weights).sum() - (sequence_logprobs(token_logprobs, maskf) * scale * on_policy).sum()
     else:  # nothing stale: exactly the on-policy loss above
         loss = -(sequence_logprobs(token_logprobs, maskf) * scale).sum()
+    return ratio_diagnostics(loss, ratio, clipped_ratio, log_ratio, maskf)
+
+
+def ratio_diagnostics(loss: torch.Tensor, ratio: torch.Tensor, clipped: torch.Tensor, log_ratio: torch.Tensor,
+                      maskf: torch.Tensor) -> PolicyLossOutput:
+    """``loss`` with the per-token means over ``maskf`` (``[R, C]`` each) of the ratio, of the clipped
+    fraction, and of the k3 estimate of KL(pi_old || pi): ``(rho - 1) - log rho``."""
     with torch.no_grad():
         count = maskf.sum().clamp_min(1.0)
         ratio_mean = (ratio * maskf).sum() / count
-        clip_fraction = (((ratio - clipped_ratio).abs() > 0).to(maskf.dtype) * maskf).sum() / count
-        # k3 estimator of KL(pi_old || pi), per token: (rho - 1) - log rho
+        clip_fraction = (((ratio - clipped).abs() > 0).to(maskf.dtype) * maskf).sum() / count
         approx_kl = (((ratio - 1.0) - log_ratio) * maskf).sum() / count
     return PolicyLossOutput(loss, ratio_mean, clip_fraction, approx_kl)
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from comlrl.core.credit import joint_returns_of_agent
 from comlrl.core.returns import cross_marginal_returns, node_returns
 from comlrl.rollout.formatters import Formatter
 from comlrl.rollout.generation import Completions, GenerationBackend, SamplingParams
@@ -59,6 +60,8 @@ class GroupSample:
     # [rollout env_step, turn, item id, *path]: the same for this group in every process layout; a
     # drain orders its buffer by it, so one process and N data-parallel ones shuffle the same list
     order: List[int] = field(default_factory=list)
+    joint_returns: Optional[torch.Tensor] = None  # cross mode: [K, K^(N-1)] returns against each context of the others
+    node_key: Optional[Tuple[Any, ...]] = None  # (node_env_step, item_id, path): the node's identity in its step
 
 
 @dataclass
@@ -275,8 +278,10 @@ class TreeRollout:
     def _group_sample(self, node: Node, agent: int) -> GroupSample:
         completions = node.level.completions[agent]
         rows = node.completions[agent]
+        joint = None
         if self.joint_mode == "cross":
             credit = cross_marginal_returns(node.returns, self.num_agents, self.k)[agent]
+            joint = joint_returns_of_agent(node.returns, agent, self.num_agents, self.k)
         else:
             credit = node.returns.clone()
         extras = node.level.extras[agent]
@@ -298,6 +303,8 @@ class TreeRollout:
             old_logprobs=[old[row] for row in rows] if old is not None else None,
             reference_logprobs=[reference[row] for row in rows] if reference is not None else None,
             order=[node.turn, node.item_id, *node.path],
+            joint_returns=joint,
+            node_key=(node.env_step, node.item_id, node.path),
         )
 
     def _turn_metrics(self, nodes: List[Node]) -> Dict[str, float]:

@@ -15,7 +15,8 @@ import torch
 import torch.nn as nn
 
 from comlrl.core.kl import k2_token_kl_loss, sequence_kl, sequence_log_ratio
-from comlrl.core.losses import policy_gradient_loss
+from comlrl.core.policy_losses import PolicyLossInputs
+from comlrl.core.registry import get_policy_loss
 from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.models.loading import frozen_copy, model_device
 from comlrl.models.lora import adapter_free_reference
@@ -185,70 +186,82 @@ def backward_policy_rows(
     label: str,
     auxiliary: Optional[AuxiliaryLoss] = None,
     kl_coef: Optional[float] = None,
+    loss_type: str = "sequence_sum",
+    clip_high: Optional[float] = None, max_length: Optional[int] = None, batch_tokens: Optional[float] = None,
 ) -> Dict[str, float]:
-    """Forward and backward the policy-gradient loss of ``rows`` (plus ``auxiliary``'s term, from the
-    same forward) through ``agent.optimizer`` (the caller finishes with ``agent.optimizer.step``).
+    """Forward and backward the policy loss registered as ``loss_type`` over ``rows`` (plus
+    ``auxiliary``'s term, from the same forward) through ``agent.optimizer`` (the caller finishes with
+    ``agent.optimizer.step``).
 
     With ``kl_coef``, every row with reference log-probs adds ``kl_coef * w_r * k2_token_kl_loss`` (the
     reference KL as its own loss term, ``reference_kl_mode="loss"``); a row without them is refused.
 
-    Rows marked stale are importance-weighted with their sampling log-probs and PPO-clipped at
-    ``clip_range``; the others take the plain on-policy loss. Dropout is off (eval mode), as in
-    sampling. Raises FloatingPointError on a non-finite loss.
+    Rows marked stale are importance-weighted with their sampling log-probs and clipped to
+    ``[1 - clip_range, 1 + (clip_high or clip_range)]``; the others take the plain on-policy loss.
+    ``max_length`` and ``batch_tokens`` are the normalisers of the token-mean losses (``batch_tokens``
+    defaults to the weighted mean length of ``rows``). Dropout is off (eval mode), as in sampling.
+    Raises FloatingPointError on a non-finite loss.
     """
-    model = agent.model
-    scoring_mode(model)
+    scoring_mode(agent.model)
     size = micro_batch_size or len(rows)
+    loss_fn = get_policy_loss(loss_type)
+    batch_tokens = weighted_mean_length(rows) if batch_tokens is None else batch_tokens
     totals = {"loss": 0.0, "entropy": 0.0, "ratio": 0.0, "clip_fraction": 0.0, "approx_kl": 0.0, "tokens": 0.0}
     extra_totals: Dict[str, float] = {}
     for start in range(0, len(rows), size):
         stop = min(start + size, len(rows))
-        batch = build_sequence_batch(
-            rows.prompts[start:stop], rows.completions[start:stop], agent.pad_id, agent.device,
-            final_state=auxiliary is not None and auxiliary.final_state,
+        loss, output, scores, batch, old = _micro_batch_loss(
+            agent, rows, slice(start, stop), temperature=temperature, auxiliary=auxiliary, kl_coef=kl_coef,
+            loss_fn=loss_fn, totals=totals, extra_totals=extra_totals,
+            settings=dict(clip_low=clip_range, clip_high=clip_high, max_length=max_length, batch_tokens=batch_tokens),
         )
-        with agent.autocast():
-            scores = score_completions(model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
-        old = _old_logprob_tensor(rows.old_logprobs[start:stop], scores.logprobs)
-        output = policy_gradient_loss(
-            scores.logprobs,
-            batch.mask,
-            torch.tensor(rows.advantages[start:stop], device=agent.device),
-            torch.tensor(rows.weights[start:stop], device=agent.device),
-            old_token_logprobs=old,
-            clip_range=clip_range,
-            importance_rows=torch.tensor(rows.stale[start:stop], dtype=torch.bool, device=agent.device),
-        )
-        loss = output.loss
-        if kl_coef is not None:
-            kl_term = _kl_loss(scores.logprobs, batch.mask, rows, start, stop, kl_coef)
-            loss = loss + kl_term
-            totals["kl_loss"] = totals.get("kl_loss", 0.0) + float(kl_term.detach())
-        if auxiliary is not None:
-            extra, extra_metrics = auxiliary(scores, batch, slice(start, stop))
-            loss = loss + extra
-            for key, value in extra_metrics.items():
-                extra_totals[key] = extra_totals.get(key, 0.0) + value
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"{label}: the policy loss is {float(loss.detach())}. Check that rewards are finite and of a sane "
                 f"scale, lower the learning rate, or set max_grad_norm."
             )
         agent.optimizer.backward(loss, last=stop == len(rows))
-        if old is not None:
-            gap, count = sampler_mismatch(scores.logprobs, old, batch.mask, rows.stale[start:stop])
-            totals["mismatch"] = totals.get("mismatch", 0.0) + gap
-            totals["fresh_tokens"] = totals.get("fresh_tokens", 0.0) + count
-        tokens = float(batch.mask.sum())
-        totals["loss"] += float(output.loss.detach())
-        totals["entropy"] += float((scores.entropy * batch.mask).sum())
-        totals["tokens"] += tokens
-        for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
-            totals[key] += float(value) * tokens
+        _add_micro_batch(totals, output, scores, batch, old, rows.stale[start:stop])
     metrics = _policy_metrics(totals, rows)
     if "kl_loss" in totals:
         metrics["kl_loss"] = totals["kl_loss"]
     return {**metrics, **extra_totals}
+
+
+def _micro_batch_loss(agent: PolicyAgent, rows: PolicyRows, at: slice, *, temperature: float, auxiliary: Optional[AuxiliaryLoss],
+                      kl_coef: Optional[float], loss_fn: Any, totals: Dict[str, float], extra_totals: Dict[str, float],
+                      settings: Dict[str, Any]) -> Tuple[torch.Tensor, Any, CompletionScores, SequenceBatch, Optional[torch.Tensor]]:
+    """One micro-batch's forward and loss: the registered policy loss over ``rows[at]`` (``settings``:
+    its clip and length normalisers), plus the KL loss term and ``auxiliary``'s term when given (their
+    values added to ``totals`` / ``extra_totals``). Returns the loss and what the metrics need."""
+    start, stop = at.start, at.stop
+    batch = build_sequence_batch(
+        rows.prompts[at], rows.completions[at], agent.pad_id, agent.device,
+        final_state=auxiliary is not None and auxiliary.final_state,
+    )
+    with agent.autocast():
+        scores = score_completions(agent.model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
+    old = _old_logprob_tensor(rows.old_logprobs[at], scores.logprobs)
+    output = loss_fn(PolicyLossInputs(
+        scores.logprobs,
+        batch.mask,
+        torch.tensor(rows.advantages[at], device=agent.device),
+        torch.tensor(rows.weights[at], device=agent.device),
+        old_token_logprobs=old,
+        importance_rows=torch.tensor(rows.stale[at], dtype=torch.bool, device=agent.device),
+        **settings,
+    ))
+    loss = output.loss
+    if kl_coef is not None:
+        kl_term = _kl_loss(scores.logprobs, batch.mask, rows, start, stop, kl_coef)
+        loss = loss + kl_term
+        totals["kl_loss"] = totals.get("kl_loss", 0.0) + float(kl_term.detach())
+    if auxiliary is not None:
+        extra, extra_metrics = auxiliary(scores, batch, at)
+        loss = loss + extra
+        for key, value in extra_metrics.items():
+            extra_totals[key] = extra_totals.get(key, 0.0) + value
+    return loss, output, scores, batch, old
 
 
 def _kl_loss(logprobs: torch.Tensor, mask: torch.Tensor, rows: PolicyRows, start: int, stop: int, coef: float) -> torch.Tensor:
@@ -261,6 +274,27 @@ def _kl_loss(logprobs: torch.Tensor, mask: torch.Tensor, rows: PolicyRows, start
         reference[r, :n] = ref[:n].to(reference.device)
     weights = torch.tensor(rows.weights[start:stop], dtype=logprobs.dtype, device=logprobs.device)
     return coef * (k2_token_kl_loss(logprobs, reference, mask) * weights).sum()
+
+
+def _add_micro_batch(totals: Dict[str, float], output: Any, scores: CompletionScores, batch: SequenceBatch,
+                     old: Optional[torch.Tensor], stale: Sequence[bool]) -> None:
+    """Add one micro-batch's loss, entropy, token count, ratio diagnostics and sampler mismatch to ``totals``."""
+    if old is not None:
+        gap, count = sampler_mismatch(scores.logprobs, old, batch.mask, stale)
+        totals["mismatch"] = totals.get("mismatch", 0.0) + gap
+        totals["fresh_tokens"] = totals.get("fresh_tokens", 0.0) + count
+    tokens = float(batch.mask.sum())
+    totals["loss"] += float(output.loss.detach())
+    totals["entropy"] += float((scores.entropy * batch.mask).sum())
+    totals["tokens"] += tokens
+    for key, value in (("ratio", output.ratio_mean), ("clip_fraction", output.clip_fraction), ("approx_kl", output.approx_kl)):
+        totals[key] += float(value) * tokens
+
+
+def weighted_mean_length(rows: PolicyRows) -> float:
+    """``sum_r w_r |y_r| / sum_r w_r``: the mean completion length, weighted as the loss weights rows."""
+    total = sum(rows.weights)
+    return sum(w * len(c) for w, c in zip(rows.weights, rows.completions)) / total if total > 0 else 0.0
 
 
 def sampler_mismatch(logprobs: torch.Tensor, old: torch.Tensor, mask: torch.Tensor, stale: Sequence[bool]) -> Tuple[float, float]:

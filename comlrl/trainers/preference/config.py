@@ -7,14 +7,16 @@ before any model loads, with errors that name the field, the value and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar, FrozenSet, Optional, Tuple
 
 import torch
 
-from comlrl.core.advantages import ADVANTAGE_MODES
+from comlrl.core.registry import advantage_names
 from comlrl.core.preference import PAIR_SELECTIONS
 from comlrl.trainers.actor_critic.config import CRITIC_TYPES, validate_q_groups
+from comlrl.trainers.reinforce.config import LearningVariantFields
 from comlrl.trainers.config_base import (
     RESUMABLE_RUN_FIELDS,
     RolloutFields,
@@ -136,7 +138,7 @@ class MADPOConfig(RolloutFields):
         self._validate_common()
         self._validate_rollout()
         require_choice(self, "joint_mode", ("aligned",), {"align": "aligned"})
-        require_choice(self, "advantage_mode", ADVANTAGE_MODES)
+        require_choice(self, "advantage_mode", advantage_names())
         require_at_least(self, "agent_learning_rate", 0.0)
         _require_optional_int(self, "collection_batch_size", 1)
 
@@ -172,7 +174,7 @@ IAC_BACKEND_FIELDS = ("use_separate_critic", "value_clip_range", "value_head_hid
 
 
 @dataclass
-class MARLHFConfig(MADPOConfig):
+class MARLHFConfig(MADPOConfig, LearningVariantFields):
     """Multi-Agent RL from Human(-style) Feedback: preference pairs -> a joint reward model
     (Bradley-Terry) -> online RL of the agents against the fixed learned reward.
 
@@ -235,6 +237,14 @@ class MARLHFConfig(MADPOConfig):
 
     def _reads_reference_kl(self) -> bool:
         return True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._validate_variants()
+        changed = [f.name for f in dataclasses.fields(LearningVariantFields) if getattr(self, f.name) != f.default]
+        if changed and self.rl_algorithm in ACTOR_CRITIC_ALGORITHMS:
+            raise ValueError(f"{', '.join(changed)}: the MAGRPO-family learning variants need rl_algorithm magrpo, mareinforce, "
+                             f"marloo or maremax, not {self.rl_algorithm!r}; leave them at their defaults for an actor-critic backend.")
 
     def _validate_preference(self) -> None:
         super()._validate_preference()

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, FrozenSet, Optional
 
-from comlrl.core.advantages import ADVANTAGE_MODES
+from comlrl.core.credit import SCALE_REWARDS
+from comlrl.core.registry import advantage_names, policy_loss_names
 from comlrl.trainers.config_base import (
     RESUMABLE_RUN_FIELDS,
+    ConfigBase,
     RolloutFields,
     normalize_parallel_training,
     require_at_least,
@@ -19,13 +21,71 @@ from comlrl.trainers.config_base import (
 
 JOINT_MODES = ("aligned", "cross")
 JOINT_MODE_ALIASES = {"align": "aligned", "crossed": "cross"}
+ADVANTAGE_GROUPINGS = ("node", "agent_turn")
 
 # Fields that may differ between a checkpoint and the run that resumes it.
 RESUMABLE_FIELDS = RESUMABLE_RUN_FIELDS
 
 
 @dataclass
-class MAGRPOConfig(RolloutFields):
+class LearningVariantFields(ConfigBase):
+    """The learning variants of the MAGRPO family (docs/algorithms.md): shared by ``MAGRPOConfig`` and
+    the configs whose RL phase runs MAGRPO (``MARLHFConfig``). The defaults are CoMLRL 1.4.3's maths."""
+
+    loss_type: str = "sequence_sum"
+    """How token terms are aggregated: "sequence_sum" (1.4.3: summed over each completion, mean over
+    completions), "grpo" (per-sequence token mean), "dr_grpo" (divided by max_new_tokens), "dapo" (token
+    mean over the optimizer step), "bnpo" (token mean over each micro-batch), "gspo" (sequence-level
+    importance ratio), or a name registered with ``comlrl.core.register_policy_loss``."""
+    epsilon_high: Optional[float] = None
+    """Upper clip of stale samples' importance ratio, ``1 + epsilon_high`` (DAPO's clip-higher; the lower
+    bound stays ``1 - importance_clip_range``). None: symmetric. Not with loss_type="sequence_sum"."""
+    scale_rewards: str = "group"
+    """What advantages are divided by when ``advantage_normalization`` is on: "group" (1.4.3: each
+    group's std), "batch" (one std over the agent's groups of a turn in the drained buffer: Dr. MAS's
+    agent-wise normalisation) or "none" (no division, Dr. GRPO)."""
+    advantage_grouping: str = "node"
+    """Which samples share a baseline: "node" (1.4.3: one agent's K completions at one node) or
+    "agent_turn" (every sample of one agent at one turn in the drained buffer, AT-GRPO's grouping key)."""
+    counterfactual_credit: bool = False
+    """Credit each agent against its own alternatives with the other agents' completions held fixed
+    (the baseline applied per context of the others, then averaged; C3). Needs joint_mode="cross"."""
+    sequential_updates: bool = False
+    """Update the agents one after another and weight a later agent's advantages by the clipped ratio
+    ``pi_new / pi_old`` of the earlier agents' completions in the same joint response (HAPPO). Needs
+    joint_mode="aligned" and parallel_training other than "mp"."""
+
+    def _validate_variants(self) -> None:
+        """The learning variants, and the combinations with existing features that are refused."""
+        require_choice(self, "loss_type", policy_loss_names())
+        require_choice(self, "scale_rewards", SCALE_REWARDS)
+        require_choice(self, "advantage_grouping", ADVANTAGE_GROUPINGS)
+        require_optional_positive(self, "epsilon_high")
+        for name in ("counterfactual_credit", "sequential_updates"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False. Got {getattr(self, name)!r}.")
+        if self.epsilon_high is not None and self.loss_type == "sequence_sum":
+            raise ValueError('epsilon_high needs a loss_type other than "sequence_sum" (e.g. loss_type="dapo"); '
+                             "the 1.4.3 loss clips symmetrically at importance_clip_range.")
+        if self.epsilon_high is not None and self.importance_clip_range is None:
+            raise ValueError("epsilon_high needs importance_clip_range (the lower clip bound); set both or neither.")
+        if self.scale_rewards != "group" and not self.advantage_normalization:
+            raise ValueError(f"scale_rewards={self.scale_rewards!r} needs advantage_normalization=True "
+                             "(with it off nothing is scaled); set advantage_normalization=True or leave scale_rewards='group'.")
+        if self.counterfactual_credit and self.joint_mode != "cross":
+            raise ValueError('counterfactual_credit needs joint_mode="cross": each completion of an agent must meet the '
+                             "same completions of the other agents.")
+        if self.counterfactual_credit and self.advantage_grouping != "node":
+            raise ValueError('counterfactual_credit computes its baselines per node; use advantage_grouping="node".')
+        if self.sequential_updates and self.joint_mode != "aligned":
+            raise ValueError('sequential_updates needs joint_mode="aligned" (one earlier-agent completion per joint response).')
+        if self.sequential_updates and self.parallel_training == "mp":
+            raise ValueError('sequential_updates cannot run with parallel_training="mp" (the agents update one after '
+                             'another); use parallel_training="none".')
+
+
+@dataclass
+class MAGRPOConfig(RolloutFields, LearningVariantFields):
     """Multi-Agent Group-Relative Policy Optimization.
 
     Per dataset item every agent samples ``num_generations`` completions; joint responses are scored
@@ -58,7 +118,8 @@ class MAGRPOConfig(RolloutFields):
     advantage_normalization: bool = True
     """Standardise advantages within each group. With it on, every baseline gives the same advantages."""
     advantage_mode: str = "mean"
-    """Baseline: "mean" (MAGRPO), "max" (MAReMax), "rloo" (MARLOO) or "raw" (MAREINFORCE)."""
+    """Baseline: "mean" (MAGRPO), "max" (MAReMax), "rloo" (MARLOO), "raw" (MAREINFORCE), or any name
+    registered with ``comlrl.core.register_advantage``."""
     # --- beyond CoMLRL 1.4.3 (plus the CommonTrainingFields: optimizer, memory, output)
     buffers_per_generation: int = 1
     """Generate the prompts of this many rollout buffers in one call per agent. Above 1, every buffer
@@ -91,10 +152,11 @@ class MAGRPOConfig(RolloutFields):
         self._validate_common()
         self._validate_rollout()
         require_choice(self, "joint_mode", JOINT_MODES, JOINT_MODE_ALIASES)
-        require_choice(self, "advantage_mode", ADVANTAGE_MODES)
+        require_choice(self, "advantage_mode", advantage_names())
         require_at_least(self, "agent_learning_rate", 0.0)
         require_optional_positive(self, "importance_clip_range")
         require_int_at_least(self, "buffers_per_generation", 1)
+        self._validate_variants()
 
 
 @dataclass

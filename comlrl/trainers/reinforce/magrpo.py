@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
-from comlrl.core.advantages import group_advantages, normalize_groups
+from comlrl.core.credit import sequential_ratio, zero_signal_fraction
 from comlrl.models.entities import load_agents
 from comlrl.models.loading import check_model_config
 from comlrl.models.lora import normalize_peft_configs
@@ -29,6 +29,7 @@ from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MA
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.telemetry.progress import library_bars
 from comlrl.telemetry.wandb_sink import check_wandb_ready
+from comlrl.trainers.reinforce.credit import credit_correlation, kl_in_reward, turn_advantages
 
 # The record a rollout buffer holds (CoMLRL 1.4.3 name).
 NodeSample = GroupSample
@@ -156,6 +157,9 @@ class MAGRPOTrainer(TrainerBase):
         self.env_step += self._dist.sum_int(result.env_steps)
         self._record_rollout(result)
         self._record_tree_signal(tree, result)
+        correlation = credit_correlation(result.samples, self.args, self.num_agents, self.args.num_generations)
+        if correlation is not None:
+            self.metrics.record({"agents/credit_correlation": correlation})
         for sample in result.samples:
             sample.policy_version = self.policies[sample.agent_idx].version
             sample.order = [start, *sample.order]
@@ -172,21 +176,41 @@ class MAGRPOTrainer(TrainerBase):
     def _run_updates(self, batches: List[List[List[GroupSample]]]) -> None:
         """Drain ``batches[agent]`` (full buffers, in order) for every agent, concurrently with
         ``parallel_training="mp"``. Each drain shuffles with its own generator, seeded here in agent
-        order, so both schedules compute the same numbers."""
+        order, so both schedules compute the same numbers. With ``sequential_updates`` the agents
+        drain in order and each later agent's advantages carry the earlier agents' ratios."""
         seeds = [draw_seeds(len(agent_batches)) if agent_batches else [] for agent_batches in batches]
         seeds = self._dist.broadcast_object(seeds)  # every rank shuffles the global buffer alike
         batches = [[self._global_buffer(batch) for batch in agent_batches] for agent_batches in batches]
+        factors: Optional[Dict[Any, torch.Tensor]] = {} if self.args.sequential_updates else None
 
         def task(agent: int) -> List[Dict[str, float]]:
             rows: List[Dict[str, float]] = []
+            passes_on = factors is not None and agent < self.num_agents - 1  # a later agent reads its ratio
+            before = self._sequence_logprobs(agent, batches[agent]) if passes_on else None
             for batch, seed in zip(batches[agent], seeds[agent]):
-                rows.extend(self._update(agent, batch, random.Random(seed)))
+                rows.extend(self._update(agent, batch, random.Random(seed), factors))
+            if before is not None:
+                after = self._sequence_logprobs(agent, batches[agent])
+                for key, old in before.items():
+                    ratio = sequential_ratio(after[key], old, self.args.importance_clip_range)
+                    factors[key[0]] = factors.get(key[0], torch.ones_like(ratio)) * ratio
             return rows
 
         agents = [agent for agent, agent_batches in enumerate(batches) if agent_batches]
-        for rows in self._workers.map(task, agents):
+        runs = map(task, agents) if factors is not None else self._workers.map(task, agents)
+        for rows in runs:
             for row in rows:
                 self.metrics.record(row)
+
+    def _sequence_logprobs(self, agent: int, buffers: List[List[GroupSample]]) -> Dict[Any, torch.Tensor]:
+        """``{(node_key, turn): [K] log pi(completion)}`` of the agent's samples under its current policy."""
+        policy = self.policies[agent]
+        out: Dict[Any, torch.Tensor] = {}
+        for sample in (s for buffer in buffers for s in buffer):
+            prompts = [sample.prompt_ids] * len(sample.completion_ids)
+            token_logprobs = policy.token_logprobs(policy.model, prompts, sample.completion_ids, self.args.temperature)
+            out[(sample.node_key, sample.turn_idx)] = token_logprobs.sum(dim=-1)
+        return out
 
     def _record_rollout(self, result: RolloutResult) -> None:
         metrics = dict(result.turn_metrics)
@@ -219,18 +243,8 @@ class MAGRPOTrainer(TrainerBase):
         self._run_updates(batches)
 
     # ------------------------------------------------------------------ update
-    def _advantages(self, sample: GroupSample) -> torch.Tensor:
-        """Group advantages of the returns; with ``reference_kl_mode="reward"`` of
-        ``returns - reference_kl_coef * (log pi - log pi_ref)`` (see ``core.kl.sequence_log_ratio`` for
-        why the penalty is k1, not the logged k3). The default "loss" mode leaves the KL out of them."""
-        returns = sample.returns.float()
-        if self._kl_in_reward() and sample.reference_log_ratio is not None:
-            returns = returns - self.args.reference_kl_coef * sample.reference_log_ratio.float()
-        advantages = group_advantages(returns, self.args.advantage_mode)
-        return normalize_groups(advantages) if self.args.advantage_normalization else advantages
-
     def _kl_in_reward(self) -> bool:
-        return self.args.reference_kl_enabled and self.args.reference_kl_mode == "reward"
+        return kl_in_reward(self.args)
 
     def _kl_loss_coef(self) -> Optional[float]:
         """The coefficient of the per-token KL loss term (None unless ``reference_kl_mode="loss"``)."""
@@ -244,33 +258,42 @@ class MAGRPOTrainer(TrainerBase):
         everything = [s for block in self._dist.all_gather(samples) for s in block]
         return sorted(everything, key=lambda s: s.order)
 
-    def _update(self, agent: int, samples: List[GroupSample], rng: random.Random) -> List[Dict[str, float]]:
-        """Per turn (ascending): shuffle the global buffer ``samples``, split it into minibatches of
-        ``train_batch_size`` groups, one optimizer step per minibatch (each data-parallel rank takes its
-        share of every minibatch, their gradients averaged); returns each step's metrics."""
+    def _update(self, agent: int, samples: List[GroupSample], rng: random.Random,
+                factors: Optional[Dict[Any, torch.Tensor]] = None) -> List[Dict[str, float]]:
+        """Per turn (ascending): the turn's advantages over the global buffer ``samples``
+        (``credit.turn_advantages``), shuffle, split into minibatches of ``train_batch_size`` groups, one
+        optimizer step per minibatch (each data-parallel rank takes its share of every minibatch, their
+        gradients averaged); returns each step's metrics. ``factors`` holds the earlier agents' ratios of
+        a sequential update, by node."""
         rows = []
         for turn in sorted({s.turn_idx for s in samples}):
             group = [s for s in samples if s.turn_idx == turn]
-            rng.shuffle(group)
-            for minibatch in chunked(group, self.args.train_batch_size):
-                metrics = self._policy_step(agent, self._dist.share(list(minibatch), "train_batch_size"))
+            advantages = turn_advantages(group, self.args)
+            if factors is not None:
+                advantages = [a * factors[s.node_key].to(a.dtype) if s.node_key in factors else a for s, a in zip(group, advantages)]
+            pairs = list(zip(group, advantages))
+            rng.shuffle(pairs)
+            for minibatch in chunked(pairs, self.args.train_batch_size):
+                share = self._dist.share(list(minibatch), "train_batch_size")
+                metrics = self._policy_step(agent, share)
+                if factors:
+                    metrics["sequential_factor_mean"] = float(torch.cat([factors.get(s.node_key, a.new_ones(a.shape)) for s, a in share]).mean())
                 rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
         return rows
 
-    def _policy_step(self, agent: int, minibatch: List[GroupSample]) -> Dict[str, float]:
-        """Mean over groups of the mean over their completions of ``-A * log pi(completion)``.
+    def _policy_step(self, agent: int, minibatch: List[tuple]) -> Dict[str, float]:
+        """Mean over groups of the mean over their completions of the ``loss_type`` loss (1.4.3:
+        ``-A * log pi(completion)``); ``minibatch`` holds (sample, [K] advantages) pairs.
 
         A group drawn before this agent's latest optimizer step (a leftover of an earlier buffer, a
         later turn, a later minibatch of the same buffer, or a later buffer of one generation call) is
         stale: its completions are importance-weighted with the log-probs recorded while sampling and
-        PPO-clipped at ``importance_clip_range``. Fresh groups take the plain on-policy loss.
+        clipped at ``importance_clip_range`` (``epsilon_high`` above). Fresh groups take the plain
+        on-policy loss.
         """
         policy = self.policies[agent]
         rows = PolicyRows()
-        advantage_values = []
-        for sample in minibatch:
-            advantages = self._advantages(sample)
-            advantage_values.append(advantages)
+        for sample, advantages in minibatch:
             weight = 1.0 / (len(sample.completion_ids) * len(minibatch))
             stale = sample.policy_version != policy.version
             for k, completion in enumerate(sample.completion_ids):
@@ -278,15 +301,25 @@ class MAGRPOTrainer(TrainerBase):
                 reference = sample.reference_logprobs[k] if sample.reference_logprobs is not None else None
                 rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale, reference)
         label = f"{self.algorithm_name} agent {agent} (env_step {self.env_step})"
+        a = self.args
         metrics = backward_policy_rows(
-            policy, rows, temperature=self.args.temperature, clip_range=self.args.importance_clip_range,
-            micro_batch_size=self.args.update_micro_batch_size, label=label, kl_coef=self._kl_loss_coef(),
+            policy, rows, temperature=a.temperature, clip_range=a.importance_clip_range,
+            micro_batch_size=a.update_micro_batch_size, label=label, kl_coef=self._kl_loss_coef(), loss_type=a.loss_type,
+            clip_high=a.epsilon_high, max_length=a.max_new_tokens, batch_tokens=self._step_tokens(rows) if a.loss_type == "dapo" else None,
         )
-        metrics["grad_norm"] = policy.optimizer.step(label)
-        stacked = torch.cat(advantage_values)
+        metrics["grad_norm"] = policy.optimizer.step(label)  # before clipping
+        stacked = torch.cat([adv for _, adv in minibatch])
         metrics["advantage_std"] = float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0
-        metrics["return_mean"] = float(torch.cat([s.returns for s in minibatch]).mean())
+        metrics["advantage_abs_mean"] = float(stacked.abs().mean())
+        metrics["frac_zero_signal_groups"] = zero_signal_fraction([adv for _, adv in minibatch])
+        metrics["return_mean"] = float(torch.cat([s.returns for s, _ in minibatch]).mean())
         return metrics
+
+    def _step_tokens(self, rows: PolicyRows) -> float:
+        """DAPO's normaliser: real tokens per row over the step's rows on every data-parallel rank."""
+        tokens, count = self._dist.sum_tensors(torch.tensor([float(sum(len(c) for c in rows.completions))]),
+                                               torch.tensor([float(len(rows))]))
+        return float(tokens[0]) / max(float(count[0]), 1.0)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, num_eval_samples: Optional[int] = None) -> Dict[str, float]:

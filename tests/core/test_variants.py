@@ -1,0 +1,203 @@
+"""The learning variants' pure maths (comlrl.core.policy_losses, comlrl.core.credit, the registries),
+each checked against numbers worked by hand in the comment beside them."""
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from comlrl.core import (
+    PolicyLossInputs,
+    advantage_names,
+    counterfactual_advantages,
+    get_advantage,
+    get_policy_loss,
+    joint_returns_of_agent,
+    mean_pairwise_correlation,
+    policy_gradient_loss,
+    policy_loss_names,
+    pooled_advantages,
+    register_advantage,
+    scale_advantages,
+    sequential_ratio,
+    zero_signal_fraction,
+)
+from comlrl.core.registry import Registry
+
+# Two rows: row 0 has 3 real tokens, row 1 has 2 (its last position is padding).
+LP = [[-1.0, -2.0, -3.0], [-0.5, -1.5, 0.0]]
+MASK = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+ADV = torch.tensor([2.0, -1.0])
+W = torch.tensor([0.5, 0.5])
+
+
+def _run(name, **extra):
+    lp = torch.tensor(LP, requires_grad=True)
+    out = get_policy_loss(name)(PolicyLossInputs(lp, MASK, ADV, W, **extra))
+    out.loss.backward()
+    return out, lp.grad
+
+
+def test_registries_list_and_refuse():
+    assert advantage_names()[:4] == ("mean", "max", "rloo", "raw")
+    assert set(policy_loss_names()) >= {"sequence_sum", "grpo", "dr_grpo", "dapo", "bnpo", "gspo"}
+    with pytest.raises(ValueError, match="registered: sequence_sum, grpo"):
+        get_policy_loss("nope")
+    table = Registry("thing")
+    table.register("a")(len)
+    with pytest.raises(ValueError, match="already registered"):
+        table.register("a")(abs)
+    table.register("a", replace=True)(abs)
+    assert table.get("a") is abs
+    with pytest.raises(ValueError, match="lower-case"):
+        table.register("Upper")
+
+
+def test_a_registered_estimator_is_found_by_name():
+    @register_advantage("test_half_mean", replace=True)
+    def half(returns):
+        return 0.5 * get_advantage("mean")(returns)
+
+    assert "test_half_mean" in advantage_names()
+    # [1, 3]: mean 2, mean baseline [-1, 1], halved [-0.5, 0.5]
+    assert_close(get_advantage("test_half_mean")(torch.tensor([1.0, 3.0])), torch.tensor([-0.5, 0.5]))
+
+
+def test_sequence_sum_is_policy_gradient_loss_bit_for_bit():
+    a = torch.tensor(LP, requires_grad=True)
+    b = torch.tensor(LP, requires_grad=True)
+    old = torch.tensor(LP) - 0.1
+    stale = torch.tensor([True, False])
+    ref = policy_gradient_loss(a, MASK, ADV, W, old_token_logprobs=old, clip_range=0.2, importance_rows=stale)
+    out = get_policy_loss("sequence_sum")(PolicyLossInputs(b, MASK, ADV, W, old, stale, clip_low=0.2))
+    ref.loss.backward()
+    out.loss.backward()
+    assert torch.equal(ref.loss, out.loss) and torch.equal(a.grad, b.grad)
+
+
+def test_grpo_per_sequence_mean():
+    # row 0: 2 * (-6) / 3 = -4; row 1: -1 * (-2) / 2 = 1; loss = -(0.5 * -4 + 0.5 * 1) = 1.5
+    out, grad = _run("grpo")
+    assert_close(out.loss, torch.tensor(1.5))
+    # d loss / d lp: row 0: -0.5 * 2 / 3 = -1/3 per token; row 1: -0.5 * (-1) / 2 = 0.25, pad 0
+    assert_close(grad, torch.tensor([[-1 / 3, -1 / 3, -1 / 3], [0.25, 0.25, 0.0]]))
+
+
+def test_dr_grpo_constant_normaliser():
+    # L = 4: row 0: 2 * (-6) / 4 = -3; row 1: -1 * (-2) / 4 = 0.5; loss = -(0.5 * -3 + 0.5 * 0.5) = 1.25
+    out, grad = _run("dr_grpo", max_length=4)
+    assert_close(out.loss, torch.tensor(1.25))
+    # every real token: -w A / L: row 0 -0.5 * 2 / 4 = -0.25, row 1 -0.5 * (-1) / 4 = 0.125
+    assert_close(grad, torch.tensor([[-0.25, -0.25, -0.25], [0.125, 0.125, 0.0]]))
+
+
+def test_dapo_token_mean_over_the_step():
+    # 5 tokens in 2 rows: T_B = 2.5; loss = -(0.5 * (2 * -6) + 0.5 * (-1 * -2)) / 2.5 = 2.0
+    # = -(sum over all tokens of A * lp) / 5 = -(-12 + 2) / 5: every token weighs 1/5
+    out, grad = _run("dapo", batch_tokens=2.5)
+    assert_close(out.loss, torch.tensor(2.0))
+    assert_close(grad, torch.tensor([[-0.4, -0.4, -0.4], [0.2, 0.2, 0.0]]))
+
+
+def test_bnpo_normalises_by_its_own_micro_batch():
+    # whole batch: weighted mean length (0.5 * 3 + 0.5 * 2) / 1 = 2.5, the same 2.0 as dapo
+    out, _ = _run("bnpo")
+    assert_close(out.loss, torch.tensor(2.0))
+    # row 0 alone (weight 0.5): T = 3, loss = -(0.5 * 2 * -6) / 3 = 2.0; row 1 alone: -(0.5 * 2) / 2 = -0.5
+    lp = torch.tensor(LP)
+    one = get_policy_loss("bnpo")(PolicyLossInputs(lp[:1], MASK[:1], ADV[:1], W[:1]))
+    two = get_policy_loss("bnpo")(PolicyLossInputs(lp[1:], MASK[1:], ADV[1:], W[1:]))
+    assert_close(one.loss, torch.tensor(2.0))
+    assert_close(two.loss, torch.tensor(-0.5))
+
+
+def test_dapo_clip_higher():
+    # one stale token, ratio exp(0 - log(1/1.5)) = 1.5, A = +1
+    def loss(clip_high):
+        lp = torch.zeros(1, 1, requires_grad=True)
+        old = torch.full((1, 1), math.log(1 / 1.5))
+        x = PolicyLossInputs(lp, torch.ones(1, 1), torch.tensor([1.0]), torch.tensor([1.0]), old, torch.tensor([True]),
+                             clip_low=0.2, clip_high=clip_high, batch_tokens=1.0)
+        out = get_policy_loss("dapo")(x)
+        out.loss.backward()
+        return out, lp.grad
+
+    sym, sym_grad = loss(None)  # min(1.5, clip(1.5, 0.8, 1.2)) = 1.2: clipped, no gradient
+    assert_close(sym.loss, torch.tensor(-1.2))
+    assert_close(sym_grad, torch.zeros(1, 1))
+    assert_close(sym.clip_fraction, torch.tensor(1.0))
+    high, _ = loss(0.28)  # upper bound 1.28: min(1.5, 1.28) = 1.28
+    assert_close(high.loss, torch.tensor(-1.28))
+    wide, wide_grad = loss(0.6)  # upper bound 1.6: not clipped, d(-rho)/d lp = -rho = -1.5
+    assert_close(wide.loss, torch.tensor(-1.5))
+    assert_close(wide_grad, torch.tensor([[-1.5]]))
+
+
+def test_gspo_sequence_ratio():
+    # on-policy: s = 1, loss -(0.5 * 2 + 0.5 * -1) = -0.5, and the GRPO gradient (A / |y| per token)
+    out, grad = _run("gspo")
+    assert_close(out.loss, torch.tensor(-0.5))
+    assert_close(grad, torch.tensor([[-1 / 3, -1 / 3, -1 / 3], [0.25, 0.25, 0.0]]))
+    # stale, 2 tokens with log rho 0.1 and 0.3: s = exp(0.2) = 1.2214
+    lp = torch.zeros(1, 2, requires_grad=True)
+    old = torch.tensor([[-0.1, -0.3]])
+    x = PolicyLossInputs(lp, torch.ones(1, 2), torch.tensor([-1.0]), torch.tensor([1.0]), old, torch.tensor([True]), clip_low=0.2)
+    out = get_policy_loss("gspo")(x)
+    out.loss.backward()
+    # A = -1: min(-1.2214, -1.2) = -1.2214 (unclipped side), loss = s; d s / d lp_t = s / 2 = 0.61070
+    assert_close(out.loss, torch.tensor(math.exp(0.2)))
+    assert_close(lp.grad, torch.full((1, 2), math.exp(0.2) / 2))
+
+
+def test_scale_rewards_group_batch_none():
+    # group [1, 2, 3]: mean 2, population std sqrt(2/3) = 0.81650 -> [-1.22474, 0, 1.22474]
+    assert_close(scale_advantages([torch.tensor([1.0, 2.0, 3.0])], "group")[0], torch.tensor([-1.224745, 0.0, 1.224745]))
+    # batch of [1, 3] and [0, 6]: centred [-1, 1] and [-3, 3]; one std sqrt((1 + 1 + 9 + 9) / 4) = sqrt(5)
+    a, b = scale_advantages([torch.tensor([1.0, 3.0]), torch.tensor([0.0, 6.0])], "batch")
+    assert_close(a, torch.tensor([-1.0, 1.0]) / 5**0.5)
+    assert_close(b, torch.tensor([-3.0, 3.0]) / 5**0.5)
+    assert_close(scale_advantages([torch.tensor([1.0, 3.0])], "none")[0], torch.tensor([1.0, 3.0]))
+
+
+def test_agent_turn_pooling():
+    # [1, 3] and [0, 6] pooled: mean 2.5 -> [-1.5, 0.5] and [-2.5, 3.5]
+    a, b = pooled_advantages([torch.tensor([1.0, 3.0]), torch.tensor([0.0, 6.0])], "mean")
+    assert_close(a, torch.tensor([-1.5, 0.5]))
+    assert_close(b, torch.tensor([-2.5, 3.5]))
+
+
+def test_counterfactual_credit_per_context():
+    # rows: agent i's completions j; columns: the others' contexts m
+    joint = torch.tensor([[1.0, 0.0], [3.0, 10.0]])
+    # mean baseline per context: column 0 -> [-1, 1], column 1 -> [-5, 5]; average [-3, 3]
+    # (= the mean baseline of the marginals [0.5, 6.5]: linear)
+    assert_close(counterfactual_advantages(joint, "mean", standardise=False), torch.tensor([-3.0, 3.0]))
+    # standardised per context first: [-1, 1] and [-1, 1] -> [-1, 1] (each context counts the same)
+    assert_close(counterfactual_advantages(joint, "mean", standardise=True), torch.tensor([-1.0, 1.0]))
+    # leave-one-out per context with K = 2: R_j - R_other: [-2, 2] and [-10, 10] -> [-6, 6]
+    assert_close(counterfactual_advantages(joint, "rloo", standardise=False), torch.tensor([-6.0, 6.0]))
+
+
+def test_joint_returns_of_each_agent():
+    # product order (a0, a1): (0,0)=1, (0,1)=2, (1,0)=3, (1,1)=4
+    joint = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert_close(joint_returns_of_agent(joint, 0, 2, 2), torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert_close(joint_returns_of_agent(joint, 1, 2, 2), torch.tensor([[1.0, 3.0], [2.0, 4.0]]))
+
+
+def test_sequential_ratio_clipped():
+    # exp(-1 + 1.5) = 1.64872 -> 1.2; exp(-2 + 1) = 0.36788 -> 0.8
+    new, old = torch.tensor([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
+    assert_close(sequential_ratio(new, old, 0.2), torch.tensor([1.2, 0.8]))
+    assert_close(sequential_ratio(new, old, None), torch.tensor([math.exp(0.5), math.exp(-1.0)]))
+
+
+def test_correlation_and_zero_signal():
+    assert_close(mean_pairwise_correlation(torch.tensor([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0]])), 1.0)
+    # pairs (0,1) = 1, (0,2) = -1, (1,2) = -1: mean -1/3
+    rows = torch.tensor([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])
+    assert_close(mean_pairwise_correlation(rows), -1 / 3)
+    assert mean_pairwise_correlation(torch.tensor([[1.0, 1.0], [1.0, 2.0]])) is None  # a constant row
+    # groups [0, 0], [1, -1], [0, 0]: two of three carry no signal
+    assert_close(zero_signal_fraction([torch.zeros(2), torch.tensor([1.0, -1.0]), torch.zeros(2)]), 2 / 3)

@@ -1,0 +1,119 @@
+"""The variant fields of MAGRPOConfig: validated against the registries (a user's own estimator or
+loss is selected by name and really used), and the refused combinations name the fields and the fix."""
+
+import pytest
+from tests.helpers.common import prompt_dataset as dataset
+from tests.helpers.common import snapshot
+
+from comlrl.core import get_policy_loss, register_advantage, register_policy_loss
+from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+from tests.helpers.common import REPO_ROOT
+
+CALLS = {"loss": 0, "advantage": 0}
+
+
+@register_policy_loss("test_counted_sum", replace=True)
+def _counted_sum(inputs):
+    CALLS["loss"] += 1
+    return get_policy_loss("sequence_sum")(inputs)
+
+
+@register_advantage("test_counted_mean", replace=True)
+def _counted_mean(returns):
+    CALLS["advantage"] += 1
+    return returns - returns.mean(dim=-1, keepdim=True)
+
+
+def test_unknown_names_list_the_registered_ones():
+    with pytest.raises(ValueError, match="advantage_mode must be one of mean, max, rloo, raw.*Got 'median'"):
+        MAGRPOConfig(advantage_mode="median")
+    with pytest.raises(ValueError, match="loss_type must be one of sequence_sum, grpo, dr_grpo, dapo, bnpo, gspo"):
+        MAGRPOConfig(loss_type="ppo")
+
+
+def test_user_registered_loss_and_estimator_train_from_a_config(tiny_paths):
+    config = MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, num_agents=1, num_generations=3, max_new_tokens=4,
+                          rollout_buffer_size=2, agent_learning_rate=1e-2, loss_type="test_counted_sum",
+                          advantage_mode="test_counted_mean")
+    assert (config.loss_type, config.advantage_mode) == ("test_counted_sum", "test_counted_mean")
+    trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [float(len(x)) for x in c],
+                            train_dataset=dataset(4), args=config)
+    before = snapshot(trainer.agents[0])
+    CALLS.update(loss=0, advantage=0)
+    trainer.train()
+    assert CALLS["loss"] == 2  # 4 prompts / 2 per buffer: two optimizer steps, one micro-batch each
+    assert CALLS["advantage"] >= 4  # one call per group (and the logged credit correlation)
+    assert any((a != b).any() for a, b in zip(before, trainer.agents[0].parameters()))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(epsilon_high=0.28), 'epsilon_high needs a loss_type other than "sequence_sum"'),
+    (dict(loss_type="dapo", epsilon_high=0.28, importance_clip_range=None), "epsilon_high needs importance_clip_range"),
+    (dict(loss_type="dapo", epsilon_high=-1.0), "epsilon_high must be"),
+    (dict(scale_rewards="batch", advantage_normalization=False), "scale_rewards='batch' needs advantage_normalization=True"),
+    (dict(scale_rewards="std"), "scale_rewards must be one of group, batch, none"),
+    (dict(advantage_grouping="item"), "advantage_grouping must be one of node, agent_turn"),
+    (dict(counterfactual_credit=True), 'counterfactual_credit needs joint_mode="cross"'),
+    (dict(counterfactual_credit=True, joint_mode="cross", advantage_grouping="agent_turn"), 'use advantage_grouping="node"'),
+    (dict(counterfactual_credit="yes"), "counterfactual_credit must be True or False"),
+    (dict(sequential_updates=True, joint_mode="cross"), 'sequential_updates needs joint_mode="aligned"'),
+    (dict(sequential_updates=True, parallel_training="mp", agent_devices=["cpu", "cpu"]), 'parallel_training="mp"'),
+])
+def test_refused_combinations(fields, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        MAGRPOConfig(num_agents=2, **fields)
+
+
+def test_accepted_variant_values_are_normalised():
+    config = MAGRPOConfig(loss_type=" DAPO ", epsilon_high=0.28, scale_rewards="Batch", advantage_grouping="agent_turn")
+    assert (config.loss_type, config.scale_rewards, config.advantage_grouping) == ("dapo", "batch", "agent_turn")
+
+
+def test_the_documented_registration_example_runs(monkeypatch):
+    import os
+    import re
+
+    import torch
+
+    from comlrl.core.registry import ADVANTAGES, POLICY_LOSSES
+
+    monkeypatch.setattr(ADVANTAGES, "_table", dict(ADVANTAGES._table))  # the example's names stay in this test
+    monkeypatch.setattr(POLICY_LOSSES, "_table", dict(POLICY_LOSSES._table))
+    with open(os.path.join(REPO_ROOT, "docs", "algorithms.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    assert len(blocks) == 1
+    namespace: dict = {}
+    exec(compile(blocks[0], "docs/algorithms.md", "exec"), namespace)
+    assert (namespace["config"].advantage_mode, namespace["config"].loss_type) == ("median", "half_sum")
+    # [1, 5, 3]: median 3 -> [-2, 2, 0]
+    assert torch.equal(namespace["median_baseline"](torch.tensor([1.0, 5.0, 3.0])), torch.tensor([-2.0, 2.0, 0.0]))
+
+
+def test_multi_agent_diagnostics_are_logged(tiny_paths):
+    from tests.helpers.direction import record_calls
+
+    config = MAGRPOConfig(num_turns=1, num_train_epochs=1, verbose=False, num_generations=3, max_new_tokens=4,
+                          rollout_buffer_size=2, logging_steps=1)
+    # shared reward, aligned mode: both agents get the same returns, hence the same advantages
+    trainer = MAGRPOTrainer(agents=[tiny_paths["llama"], tiny_paths["gpt2"]], reward_func=lambda a, b: [float(len(x) + len(y)) for x, y in zip(a, b)],
+                            train_dataset=dataset(4), args=config)
+    calls = record_calls(trainer)
+    trainer.train()
+    correlations = [c["agents/credit_correlation"] for c in calls if "agents/credit_correlation" in c]
+    assert correlations and all(abs(c - 1.0) < 1e-6 for c in correlations)
+    steps = [c for c in calls if "agent_1/grad_norm" in c]
+    assert len(steps) == 2
+    for row in steps:
+        assert row["agent_1/advantage_abs_mean"] >= 0.0 and row["agent_1/grad_norm"] >= 0.0
+        assert 0.0 <= row["agent_1/frac_zero_signal_groups"] <= 1.0
+
+
+def test_marlhf_rl_phase_takes_the_variants_and_actor_critic_refuses_them():
+    from comlrl.trainers.preference import MARLHFConfig
+
+    config = MARLHFConfig(loss_type="dapo", epsilon_high=0.28, scale_rewards="batch")
+    assert (config.loss_type, config.epsilon_high, config.scale_rewards) == ("dapo", 0.28, "batch")
+    with pytest.raises(ValueError, match="scale_rewards, sequential_updates: the MAGRPO-family learning variants need"):
+        MARLHFConfig(rl_algorithm="maac", scale_rewards="none", sequential_updates=True)
+    with pytest.raises(ValueError, match='counterfactual_credit needs joint_mode="cross"'):
+        MARLHFConfig(counterfactual_credit=True)
