@@ -14,6 +14,7 @@ import yaml
 
 from comlrl.cli.main import main
 from tests.helpers.cli_runs import read_jsonl, tiny, train
+from tests.helpers.common import REPO_ROOT
 
 
 def check_run(run_dir, detail_keys, agents=2):

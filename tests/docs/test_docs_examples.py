@@ -66,6 +66,7 @@ def python_blocks():
     return blocks
 
 
+@pytest.mark.timeout(600)  # some examples train a tiny team end to end
 @pytest.mark.parametrize("index", range(len(python_blocks())))
 def test_environment_doc_examples_run(index, tmp_path, monkeypatch):
     import comlrl.envs.base
