@@ -86,8 +86,7 @@ else:
 # warm the runtime up with the same trainer on a micro model (imports, lazily built kernels and thread pools
 # are the interpreter's memory, not the run's), then reset the peak
 import gc, tempfile
-sys.path.insert(0, os.path.join({root!r}, "tests"))
-from tiny_models import make_llama, make_tokenizer, save
+from tests.helpers.tiny_models import make_llama, make_tokenizer, save
 micro_tok = make_tokenizer(300, "<eos>", "<pad>")
 micro = save(make_llama(micro_tok), micro_tok, os.path.join(tempfile.mkdtemp(), "micro"))
 real_model, real_tok = model, tok

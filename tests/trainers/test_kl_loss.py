@@ -55,7 +55,7 @@ def test_a_tied_group_has_zero_advantages_and_a_kl_loss_of_coef_scale(tiny_paths
         trainer.train()
         row = trainer.log_history[-1]
         assert row["agent_0/advantage_std"] == 0.0
-        (group,) = seen
+        ((group, _advantages),) = seen  # (sample, its [K] advantages) pairs
         k1 = {text: float(pol[text][0] - ref[text][0]) for text in ids}
         by_id = {i: text for text, i in ids.items()}
         expected = coef * sum(0.5 * k1[by_id[int(c[0])]] ** 2 for c in group.completion_ids) / len(group.completion_ids)
