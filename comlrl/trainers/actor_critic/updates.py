@@ -64,37 +64,19 @@ def rollout_values(
     return torch.cat(parts)[inverse]
 
 
-def normalized_advantages(
-    samples: Sequence[RolloutSample],
-    normalize: bool,
-    *,
-    center_leave_one_out: bool = False,
-    sum_over_ranks: Optional[Callable[..., List[torch.Tensor]]] = None,
-) -> torch.Tensor:
+def normalized_advantages(samples: Sequence[RolloutSample], normalize: bool, *, center_leave_one_out: bool = False) -> torch.Tensor:
     """``[len(samples)]`` advantages of one (agent, turn) group, standardised when ``normalize``.
 
     ``center_leave_one_out`` (a Q critic with one sample per node, whose stored advantage is the raw
     ``Q(h, a)``): ``A_i = Q_i - mean_{k != i} Q_k``, a baseline that does not depend on sample i's
-    action; a single sample gets 0. ``sum_over_ranks`` (data parallelism) adds the group statistics
-    up over processes, so every rank uses the statistics of the whole group.
+    action; a single sample gets 0. Under data parallelism ``samples`` is the whole run's group (the
+    drain exchanges the ranks' buffers first), so every rank computes the same statistics.
     """
     advantages = torch.stack([s.advantage.float() for s in samples])
-    if sum_over_ranks is None:
-        if center_leave_one_out:
-            n = advantages.numel()
-            advantages = (advantages - (advantages.sum() - advantages) / (n - 1)) if n > 1 else torch.zeros_like(advantages)
-        return normalize_flat(advantages) if normalize and advantages.numel() > 1 else advantages
-    count, total = sum_over_ranks(torch.tensor(float(advantages.numel())), advantages.double().sum())
-    n, total = float(count), float(total)
     if center_leave_one_out:
-        advantages = (advantages - (total - advantages) / (n - 1)) if n > 1 else torch.zeros_like(advantages)
-        total = float(sum_over_ranks(advantages.double().sum())[0])
-    if not normalize or n <= 1:
-        return advantages
-    mean = total / n
-    (squares,) = sum_over_ranks(((advantages.double() - mean) ** 2).sum())
-    std = max(float(squares) / n, 0.0) ** 0.5
-    return ((advantages - mean) / max(std, 1e-6)).float()
+        n = advantages.numel()
+        advantages = (advantages - (advantages.sum() - advantages) / (n - 1)) if n > 1 else torch.zeros_like(advantages)
+    return normalize_flat(advantages) if normalize and advantages.numel() > 1 else advantages
 
 
 def _targets(samples: Sequence[RolloutSample]) -> Tuple[torch.Tensor, torch.Tensor]:
