@@ -17,6 +17,7 @@ from comlrl.models.saving import check_folder_path
 from comlrl.models.precision import normalize_precision
 from comlrl.trainers.field_docs import document_class
 from comlrl.parallel.devices import normalize_parallel_training as parallel_mode
+from comlrl.telemetry.redaction import redact_secrets
 
 OPTIMIZERS = ("adamw", "adamw_8bit")
 GENERATION_BACKENDS = ("hf", "vllm")
@@ -55,6 +56,16 @@ class ConfigBase:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         document_class(cls)
+        # Set before @dataclass runs, which then keeps it instead of writing its own field-by-field repr.
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = ConfigBase._redacted_repr  # type: ignore[method-assign]
+
+    def _redacted_repr(self) -> str:
+        """The dataclass repr with every credential masked (``redact_secrets``): a key in a header, a
+        URL's password or signed query, so printing or logging a config never shows one."""
+        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}  # type: ignore[arg-type]
+        body = ", ".join(f"{name}={value!r}" for name, value in redact_secrets(shown).items())
+        return f"{type(self).__qualname__}({body})"
 
     def __new__(cls, *args: Any, **kwargs: Any):
         # Runs before the dataclass __init__, so a misspelt keyword gets a suggestion instead of

@@ -143,6 +143,21 @@ def test_api_key_never_reaches_records_or_repr():
     assert "sk-secret-123" not in str(config_record(c))
 
 
+@pytest.mark.parametrize("cls", [MADPOIterConfig, MARLHFIterConfig])
+def test_repr_masks_credentials_in_headers_and_url(cls):
+    """A key pasted into a header or the URL (not only comparator_api_key) stays out of the repr,
+    while the rest of the repr still shows what was configured."""
+    c = cls(comparator_policy="api", comparator_api_url="https://user:pw-98765@api.example/v1?key=qk-24680&model=m",
+            comparator_api_headers={"Authorization": "Bearer hd-13579", "X-Api-Key": "xk-11223", "Accept": "application/json"})
+    text = repr(c)
+    for secret in ("pw-98765", "qk-24680", "hd-13579", "xk-11223"):
+        assert secret not in text
+    assert text.startswith(f"{cls.__name__}(")
+    assert "api.example/v1" in text and "model=m" in text and "'Accept': 'application/json'" in text
+    assert "comparator_policy='api'" in text and "num_iterations=" in text
+    assert c.comparator_api_headers["Authorization"] == "Bearer hd-13579"  # the config itself keeps the value it sends
+
+
 def test_public_names():
     import comlrl.trainers as trainers
     import comlrl.trainers.preference as preference
