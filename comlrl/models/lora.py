@@ -389,22 +389,26 @@ class LoraBases:
     def _key(self, source: Any, device: torch.device) -> Any:
         return (source if isinstance(source, str) else id(source), str(device))
 
-    def _refuse_sharing(self, sources: Sequence[Any], configs: Sequence[Any], devices: Sequence[torch.device], prefix: str) -> None:
+    def refuse_sharing(self, *groups: Tuple[Sequence[Any], Optional[Sequence[Any]], Sequence[torch.device], str]) -> None:
+        """Raise before anything loads if two LoRA entities of ``groups`` (``(sources, peft_configs,
+        devices, prefix)`` each, e.g. the agents then the critics) would share a base while
+        ``no_shared_recompute`` is set."""
         if self.no_shared_recompute is None:
             return
         seen = {key: "an earlier model" for key in self.bases}
-        for index, (source, config, device) in enumerate(zip(sources, configs, devices)):
-            directory = source if is_adapter_dir(source) else None
-            if config is None and directory is None:
-                continue
-            key = self._key(adapter_base_source(directory) if directory else source, device)
-            if key in seen:
-                raise ValueError(
-                    f"{prefix}s[{index}] would share its LoRA base on {device} with {seen[key]} under {self.no_shared_recompute}: "
-                    f"a backward that recomputes activations would run under the other model's adapter. Set "
-                    f"gradient_checkpointing=False, parallel_training='none', or give the models different devices."
-                )
-            seen[key] = f"{prefix}s[{index}]"
+        for sources, configs, devices, prefix in groups:
+            for index, (source, config, device) in enumerate(zip(sources, configs or [None] * len(sources), devices)):
+                directory = source if is_adapter_dir(source) else None
+                if config is None and directory is None:
+                    continue
+                key = self._key(adapter_base_source(directory) if directory else source, device)
+                if key in seen:
+                    raise ValueError(
+                        f"{prefix}s[{index}] would share its LoRA base on {device} with {seen[key]} under {self.no_shared_recompute}: "
+                        f"a backward that recomputes activations would run under the other model's adapter. Set "
+                        f"gradient_checkpointing=False, parallel_training='none', or give the models different devices."
+                    )
+                seen[key] = f"{prefix}s[{index}]"
 
     def base_for(self, source: Any, device: torch.device, load: Callable[[str], nn.Module]) -> Tuple[SharedBase, bool]:
         """The shared base of ``source`` on ``device`` and whether it was created by this call."""
@@ -420,7 +424,7 @@ class LoraBases:
         load: Callable[[str], nn.Module], prepare: Callable[[nn.Module, str], None],
     ) -> Dict[int, AdapterModel]:
         """Adapter models for the entries of ``sources`` that have a config or are adapter directories."""
-        self._refuse_sharing(sources, configs, devices, prefix)
+        self.refuse_sharing((sources, configs, devices, prefix))
         out: Dict[int, AdapterModel] = {}
         for index, (source, config, device) in enumerate(zip(sources, configs, devices)):
             directory = source if is_adapter_dir(source) else None

@@ -133,3 +133,21 @@ def test_mp_actors_and_critic_over_one_shared_base_are_bit_identical(tiny_paths,
     for index, (s, t) in enumerate(zip(sequential, threaded)):
         for name in s:
             assert torch.equal(s[name], t[name]), f"model {index} {name}"
+
+
+def test_mp_with_gradient_checkpointing_refuses_a_critic_over_the_agents_base_before_loading(tiny_paths, prompts_dataset, monkeypatch):
+    """The agents (two different models) share nothing, but the critic's LoRA base is agents[0]'s:
+    the refusal names the critic and fires before the first model loads."""
+    from transformers import AutoTokenizer
+
+    import comlrl.models.loading as loading
+    from comlrl.trainers.actor_critic import MAACConfig, MAACTrainer
+
+    tokenizers = [AutoTokenizer.from_pretrained(tiny_paths[name]) for name in ("llama", "gpt2")]
+    monkeypatch.setattr(loading, "load_causal_lm", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(ValueError, match=r"critics\[0\] would share its LoRA base on cpu with agents\[0\] under "
+                                         r"parallel_training='mp' with gradient_checkpointing=True"):
+        MAACTrainer(agents=[tiny_paths["llama"], tiny_paths["gpt2"]], tokenizer=tokenizers, critic_model=tiny_paths["llama"],
+                    reward_func=length_ratio, train_dataset=prompts_dataset, peft_config=lora(), critic_peft_config=lora(),
+                    args=MAACConfig(num_turns=1, num_agents=2, max_new_tokens=3, num_generations=2, verbose=False, parallel_training="mp",
+                                    agent_devices=["cpu", "cpu"], critic_devices=["cpu"], gradient_checkpointing=True))

@@ -90,6 +90,9 @@ class ActorCriticEntities:
         check_plan_sources(plan)
         agent_peft, critic_peft = peft_configs
         options = self._load_options(model_config)
+        if self._lora is not None and critic_plan:  # a critic over the agents' base is refused before the agents load
+            self._lora.refuse_sharing((plan.sources, agent_peft, self.agent_devices, "agent"),
+                                      (critic_plan.sources, critic_peft, critic_devices, "critic"))
         backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, agent_peft, self._lora)
         self.tokenizer = self.tokenizers[0]
         self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]
