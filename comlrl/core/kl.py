@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 
@@ -36,14 +38,31 @@ def sequence_log_ratio(policy_logprobs: torch.Tensor, reference_logprobs: torch.
     return ((policy_logprobs - reference_logprobs) * mask.to(policy_logprobs.dtype)).sum(dim=-1)
 
 
-def k2_token_kl_loss(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The reference-KL loss term of each row: ``sum_t m_t * (log pi(y_t) - log pi_ref(y_t))^2 / 2``,
-    ``[R, C] -> [R]`` (gradient through ``policy_logprobs``).
+def k2_token_kl_loss(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor,
+                     token_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The reference-KL loss term of each row: ``sum_t m_t * w_t * (log pi(y_t) - log pi_ref(y_t))^2 / 2``,
+    ``[R, C] -> [R]`` (gradient through ``policy_logprobs``; ``w_t = 1`` without ``token_weights``).
 
-    Its gradient is ``sum_t d_t grad log pi(y_t)`` with ``d_t = log pi(y_t) - log pi_ref(y_t)``, whose
-    expectation over tokens sampled from pi is the gradient of ``sum_t KL(pi(.|y_<t) || pi_ref(.|y_<t))``
+    Its gradient is ``sum_t w_t d_t grad log pi(y_t)`` with ``d_t = log pi(y_t) - log pi_ref(y_t)``, whose
+    expectation over tokens sampled from pi (``w = 1``), or from an older policy with ``w`` its
+    importance weights (``stale_token_weights``), is the gradient of ``sum_t KL(pi(.|y_<t) || pi_ref(.|y_<t))``
     with the prefixes held fixed. (As a loss, k1 has gradient ``grad log pi``, zero in expectation, and
     k3 has the gradient of KL(pi_ref || pi), the other direction.)
     """
     delta = policy_logprobs - reference_logprobs.to(policy_logprobs.dtype)
-    return (0.5 * delta.square() * mask.to(policy_logprobs.dtype)).sum(dim=-1)
+    weight = mask.to(policy_logprobs.dtype)
+    if token_weights is not None:
+        weight = weight * token_weights.to(policy_logprobs.dtype)
+    return (0.5 * delta.square() * weight).sum(dim=-1)
+
+
+def stale_token_weights(policy_logprobs: torch.Tensor, old_logprobs: torch.Tensor, stale_rows: torch.Tensor,
+                        cap: Optional[float] = None) -> torch.Tensor:
+    """Per-token importance weights of a sampled-token loss: ``[R, C]``, exactly 1 on fresh rows and,
+    on the rows of ``stale_rows`` (``[R]`` bool: drawn before the policy last stepped), the detached ratio
+    ``pi(y_t) / pi_old(y_t)``, truncated at ``cap`` when given (truncated importance sampling: bounded
+    variance for a small bias where the policy moved far)."""
+    ratio = torch.exp(policy_logprobs.detach() - old_logprobs.to(policy_logprobs.dtype))
+    if cap is not None:
+        ratio = ratio.clamp(max=cap)
+    return torch.where(stale_rows.to(ratio.device).unsqueeze(1), ratio, torch.ones_like(ratio))

@@ -14,7 +14,7 @@ from typing import Any, ContextManager, Dict, List, Optional, Protocol, Sequence
 import torch
 import torch.nn as nn
 
-from comlrl.core.kl import k2_token_kl_loss, sequence_kl, sequence_log_ratio
+from comlrl.core.kl import k2_token_kl_loss, sequence_kl, sequence_log_ratio, stale_token_weights
 from comlrl.core.policy_losses import PolicyLossInputs
 from comlrl.core.registry import get_policy_loss
 from comlrl.models.gradient_checkpointing import scoring_mode
@@ -195,6 +195,8 @@ def backward_policy_rows(
 
     With ``kl_coef``, every row with reference log-probs adds ``kl_coef * w_r * k2_token_kl_loss`` (the
     reference KL as its own loss term, ``reference_kl_mode="loss"``); a row without them is refused.
+    On stale rows each token of that term is weighted by ``pi / pi_old`` (detached, truncated at the
+    upper clip), so it estimates the current policy's KL gradient.
 
     Rows marked stale are importance-weighted with their sampling log-probs and clipped to
     ``[1 - clip_range, 1 + (clip_high or clip_range)]``; the others take the plain on-policy loss.
@@ -253,7 +255,13 @@ def _micro_batch_loss(agent: PolicyAgent, rows: PolicyRows, at: slice, *, temper
     ))
     loss = output.loss
     if kl_coef is not None:
-        kl_term = _kl_loss(scores.logprobs, batch.mask, rows, start, stop, kl_coef)
+        stale = torch.tensor(rows.stale[at], dtype=torch.bool, device=agent.device)
+        token_weights = None
+        if old is not None and bool(stale.any()):  # samples from an older policy: importance-weight the KL too
+            clip_low, clip_high = settings["clip_low"], settings["clip_high"]
+            cap = None if clip_low is None else 1.0 + (clip_high if clip_high is not None else clip_low)
+            token_weights = stale_token_weights(scores.logprobs, old, stale, cap)
+        kl_term = _kl_loss(scores.logprobs, batch.mask, rows, start, stop, kl_coef, token_weights)
         loss = loss + kl_term
         totals["kl_loss"] = totals.get("kl_loss", 0.0) + float(kl_term.detach())
     if auxiliary is not None:
@@ -264,8 +272,10 @@ def _micro_batch_loss(agent: PolicyAgent, rows: PolicyRows, at: slice, *, temper
     return loss, output, scores, batch, old
 
 
-def _kl_loss(logprobs: torch.Tensor, mask: torch.Tensor, rows: PolicyRows, start: int, stop: int, coef: float) -> torch.Tensor:
-    """``coef * sum_r w_r * k2_token_kl_loss`` over rows ``start:stop`` (their reference log-probs padded to ``logprobs``)."""
+def _kl_loss(logprobs: torch.Tensor, mask: torch.Tensor, rows: PolicyRows, start: int, stop: int, coef: float,
+             token_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``coef * sum_r w_r * k2_token_kl_loss`` over rows ``start:stop`` (their reference log-probs padded to
+    ``logprobs``; ``token_weights``: the stale rows' importance weights, ``stale_token_weights``)."""
     reference = torch.zeros_like(logprobs, dtype=torch.float32)
     for r, ref in enumerate(rows.reference_logprobs[start:stop]):
         if ref is None:
@@ -273,7 +283,7 @@ def _kl_loss(logprobs: torch.Tensor, mask: torch.Tensor, rows: PolicyRows, start
         n = min(reference.shape[1], len(ref))
         reference[r, :n] = ref[:n].to(reference.device)
     weights = torch.tensor(rows.weights[start:stop], dtype=logprobs.dtype, device=logprobs.device)
-    return coef * (k2_token_kl_loss(logprobs, reference, mask) * weights).sum()
+    return coef * (k2_token_kl_loss(logprobs, reference, mask, token_weights) * weights).sum()
 
 
 def _add_micro_batch(totals: Dict[str, float], output: Any, scores: CompletionScores, batch: SequenceBatch,

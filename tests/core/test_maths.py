@@ -139,6 +139,29 @@ def test_k3_kl_is_zero_for_equal_and_positive_otherwise():
     assert_close(sequence_kl(lp, ref, mask), torch.tensor([math.exp(-0.5) - 0.5]))
 
 
+def test_k2_kl_loss_with_importance_weights_of_stale_rows():
+    from comlrl.core.kl import k2_token_kl_loss, stale_token_weights
+
+    logprobs = torch.tensor([[-1.0, -2.0], [-0.5, -1.0]], requires_grad=True)
+    reference = torch.tensor([[-1.5, -2.0], [-1.0, -2.0]])
+    old = torch.tensor([[-1.2, -2.5], [-0.5 - math.log(2.0), -1.0 + math.log(2.0)]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    stale = torch.tensor([False, True])
+    weights = stale_token_weights(logprobs, old, stale)
+    # fresh row: exactly 1; stale row: pi / pi_old = exp(lp - old) = [2, 1/2]
+    assert torch.equal(weights[0], torch.ones(2))
+    assert_close(weights[1], torch.tensor([2.0, 0.5]))
+    assert not weights.requires_grad  # a weight, not a path for the gradient
+    assert_close(stale_token_weights(logprobs, old, stale, cap=1.2)[1], torch.tensor([1.2, 0.5]))  # truncated at the cap
+    loss = k2_token_kl_loss(logprobs, reference, mask, weights)
+    # row 0: (0.5^2 + 0) / 2 = 0.125; row 1: 2 * 0.5^2 / 2 = 0.25 (the second token is padding)
+    assert_close(loss, torch.tensor([0.125, 0.25]))
+    loss.sum().backward()
+    # d/dlogp = m * w * (logp - ref): [[0.5, 0], [2 * 0.5, 0]]
+    assert_close(logprobs.grad, torch.tensor([[0.5, 0.0], [1.0, 0.0]]))
+    assert torch.equal(k2_token_kl_loss(logprobs, reference, mask, torch.ones(2, 2)), k2_token_kl_loss(logprobs, reference, mask))
+
+
 def test_policy_gradient_loss_on_policy_value_and_gradient():
     # two rows: log-probs [[-1, -2, pad], [-0.5, pad, pad]]; advantages [2, -1]; weights [0.5, 0.5]
     logprobs = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -9.0, -9.0]], requires_grad=True)
