@@ -3,6 +3,7 @@
 
   python bench/learning.py --tasks length_ratio,strbuild --variants default,counterfactual --seeds 1,2,3,4,5
   python bench/learning.py --report-only          # summarise what has finished
+  python bench/learning.py --report-only --markdown   # ... as the table of docs/benchmarks.md
 
 Tasks:
   length_ratio  the project lead's workload, ``magrpo_bench.py --num-agents 2 --num-generations 4
@@ -300,6 +301,30 @@ def report(out: str) -> Dict[str, Any]:
     return summary
 
 
+def markdown_table(summary: Dict[str, Any]) -> str:
+    """The summary as the table of docs/benchmarks.md: per task and variant, the seeds, first- and
+    final-quarter means with their 95 % intervals, the paired final-quarter difference against
+    "default" (same seeds), mean training wall time and the largest peak RSS."""
+    def fmt(stat: Optional[Dict[str, Any]]) -> str:
+        if not stat or stat.get("mean") is None:
+            return "-"
+        if stat.get("ci95_low") is None:
+            return f"{stat['mean']:.3f}"
+        return f"{stat['mean']:.3f} [{stat['ci95_low']:.3f}, {stat['ci95_high']:.3f}]"
+
+    lines = ["| task | variant | seeds | first quarter | final quarter | final - default (paired) | train wall s | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|---|"]
+    for task, variants in summary.items():
+        if task.startswith("_"):
+            continue
+        for variant, entry in sorted(variants.items(), key=lambda kv: (kv[0] != "default", kv[0])):
+            wall, rss = entry.get("train_wall_s_mean"), entry.get("peak_rss_mib_max")
+            lines.append(f"| {task} | {variant} | {','.join(str(s) for s in entry['seeds'])} | {fmt(entry['first_quarter'])} | "
+                         f"{fmt(entry['final_quarter'])} | {fmt(entry.get('paired_final_minus_default'))} | "
+                         f"{'-' if wall is None else f'{wall:.0f}'} | {'-' if rss is None else f'{rss:.0f}'} |")
+    return "\n".join(lines)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_env-run":
@@ -315,6 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--env-epochs", type=int, default=2)
     p.add_argument("--order", choices=["seed", "variant"], default="seed", help="seed: every variant of seed 1 first (paired results early)")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument("--markdown", action="store_true", help="print the summary as a markdown table instead of JSON")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
@@ -331,7 +357,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             if (task, variant, seed) not in load_runs(args.out):
                 run_one(args, task, variant, seed)
                 report(args.out)
-    print(json.dumps(report(args.out), indent=1))
+    summary = report(args.out)
+    print(markdown_table(summary) if args.markdown else json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ def test_summary_pairs_seeds_against_default(learning):
     assert_close(out["x"]["final_quarter"]["mean"], 0.5)  # (0.6 + 0.9 + 0.0) / 3
     assert out["x"]["peak_rss_mib_max"] == 300.0
     assert "paired_final_minus_default" not in out["default"]
+    table = learning.markdown_table({"t": out, "_in_progress": {}}).splitlines()
+    assert len(table) == 4 and table[2].startswith("| t | default | 1,2 | 0.100 [0.100, 0.100] | 0.600 [")  # default first
+    assert table[3].startswith("| t | x | 1,2,3 |") and "| 0.150 [-0.485, 0.785] |" in table[3] and table[3].endswith("| 10 | 300 |")
 
 
 def test_env_run_records_a_resumable_line(learning, tiny_paths, tmp_path):
