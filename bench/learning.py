@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Learning benchmark: N seeds x a list of MAGRPO variants on two tasks, with the embedded SmolLM2.
 
-  python bench/learning.py --tasks length_ratio,strbuild --variants default,counterfactual --seeds 1,2,3,4,5
+  python bench/learning.py --tasks length_ratio,tldr --variants default,counterfactual --seeds 1,2,3,4,5
   python bench/learning.py --report-only          # summarise what has finished
   python bench/learning.py --report-only --markdown   # ... as the table of docs/benchmarks.md
 
@@ -9,8 +9,14 @@ Tasks:
   length_ratio  the project lead's workload, ``magrpo_bench.py --num-agents 2 --num-generations 4
                 --max-new-tokens 32 --num-prompts 16 --epochs 3 --threads 2 --seed S`` (``--bench-script``),
                 a variant's fields passed as ``--config-set FIELD=VALUE``
-  strbuild      ``comlrl.envs`` StrBuild (spell a word as a wall of /setblock commands; bundled rows, no
-                hub), single turn, the same sampling settings, ``--env-prompts`` items x ``--env-epochs``
+  tldr, strbuild, housebuild, ...
+                a ready ``comlrl.envs`` environment on its bundled rows (no hub), single turn, the same
+                sampling settings (K = 4, temperature 0.6, top-p 0.6, top-k 50, lr 5e-5),
+                ``--env-prompts`` rows x ``--env-epochs``, ``--env-buffer`` prompts per update and
+                ``--env-max-new-tokens``. The sweep's second task is TLDR: its gated reward (structure,
+                length ratio, vocabulary, style) tells SmolLM2-135M's answers apart, while on StrBuild
+                every answer of the 135M model scored -0.5 (no valid /setblock command, even with the
+                target grid shown and 96 tokens), so every group ties and nothing can be learned.
 
 Every finished run appends one JSON line to ``OUT/runs.jsonl`` and leaves ``OUT/TASK/VARIANT/seedS/``
 (``result.json`` and the run's ``metrics.jsonl``); a rerun skips finished runs, so an interrupted sweep
@@ -21,6 +27,7 @@ OUT defaults to ``bench/learning_out`` (git-ignored: never commit a run's output
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -77,19 +84,34 @@ def length_ratio_command(args, variant: str, seed: int, run_dir: str) -> List[st
     return cmd
 
 
+ENV_FLAGS = ("env_prompts", "env_epochs", "env_max_new_tokens", "env_buffer")
+
+
 def env_command(args, task: str, variant: str, seed: int, run_dir: str) -> List[str]:
-    return [sys.executable, os.path.abspath(__file__), "_env-run", "--task", task, "--variant", variant, "--seed", str(seed),
-            "--model", args.model, "--run-dir", run_dir, "--env-prompts", str(args.env_prompts), "--env-epochs", str(args.env_epochs)]
+    cmd = [sys.executable, os.path.abspath(__file__), "_env-run", "--task", task, "--variant", variant, "--seed", str(seed),
+           "--model", args.model, "--run-dir", run_dir]
+    for name in ENV_FLAGS:
+        cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    return cmd
+
+
+def add_env_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env-prompts", type=int, default=8, help="dataset rows of a ready environment (at most its train split)")
+    p.add_argument("--env-epochs", type=int, default=3)
+    p.add_argument("--env-max-new-tokens", type=int, default=48)
+    p.add_argument("--env-buffer", type=int, default=1, help="rollout_buffer_size: prompts per update")
 
 
 def env_run(argv: Sequence[str]) -> None:
-    """Train one variant on a ready environment in this process; write ``result.json`` in the bench's fields."""
+    """Train one variant on a ready environment in this process; write ``result.json`` in the bench's fields.
+
+    An environment that renders its prompts with a chat template (StrBuild, HouseBuild) gets the
+    model's tokenizer, as ``comlrl train`` gives it; the writing tasks send their prompts as they are."""
     p = argparse.ArgumentParser()
     for flag in ("--task", "--variant", "--model", "--run-dir"):
         p.add_argument(flag, required=True)
     p.add_argument("--seed", type=int, required=True)
-    p.add_argument("--env-prompts", type=int, default=8)
-    p.add_argument("--env-epochs", type=int, default=2)
+    add_env_flags(p)
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args(argv)
     import random
@@ -97,13 +119,19 @@ def env_run(argv: Sequence[str]) -> None:
     import torch
 
     sys.path.insert(0, ROOT)
+    from transformers import AutoTokenizer
+
     from comlrl.envs import get_environment
+    from comlrl.envs.base import environment_spec
     from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
     torch.set_num_threads(a.threads)
     random.seed(a.seed)
     torch.manual_seed(a.seed)
-    env = get_environment(a.task, num_turns=1)
+    options: Dict[str, Any] = {"num_turns": 1}
+    if "tokenizer" in {f.name for f in dataclasses.fields(environment_spec(a.task).options_cls)}:
+        options["tokenizer"] = AutoTokenizer.from_pretrained(a.model)
+    env = get_environment(a.task, **options)
     rewards: List[float] = []
 
     def reward_func(*completions, batch_items=None):
@@ -112,10 +140,11 @@ def env_run(argv: Sequence[str]) -> None:
         return values
 
     config = MAGRPOConfig(num_agents=env.num_agents, num_turns=1, num_train_epochs=a.env_epochs, agent_learning_rate=5e-5,
-                          logging_steps=1, num_generations=4, max_new_tokens=32, temperature=0.6, top_p=0.6, top_k=50,
-                          rollout_buffer_size=2, advantage_normalization=True, eval_interval=0, verbose=False,
+                          logging_steps=1, num_generations=4, max_new_tokens=a.env_max_new_tokens, temperature=0.6, top_p=0.6,
+                          top_k=50, rollout_buffer_size=a.env_buffer, advantage_normalization=True, eval_interval=0, verbose=False,
                           output_dir=os.path.join(a.run_dir, "run"), **VARIANTS[a.variant])
-    dataset = env.load_dataset("train", offline=True).select(range(a.env_prompts))
+    dataset = env.load_dataset("train", offline=True)
+    dataset = dataset.select(range(min(a.env_prompts, len(dataset))))
     trainer = MAGRPOTrainer(agent_model=a.model, num_agents=env.num_agents, reward_func=reward_func,
                             formatters=env.formatters, train_dataset=dataset, args=config)
     random.seed(a.seed)
@@ -330,14 +359,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if argv and argv[0] == "_env-run":
         return env_run(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--tasks", default="length_ratio,strbuild")
+    p.add_argument("--tasks", default="length_ratio,tldr")
     p.add_argument("--variants", default="default,counterfactual,scale_batch,sequential")
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--model", default=None, help="SmolLM2 folder (default: $BENCH_MODELS/smollm2-135m-instruct or the embedded one)")
     p.add_argument("--bench-script", default=default_bench_script())
     p.add_argument("--out", default=os.path.join(HERE, "learning_out"))
-    p.add_argument("--env-prompts", type=int, default=8)
-    p.add_argument("--env-epochs", type=int, default=2)
+    add_env_flags(p)
     p.add_argument("--order", choices=["seed", "variant"], default="seed", help="seed: every variant of seed 1 first (paired results early)")
     p.add_argument("--report-only", action="store_true")
     p.add_argument("--markdown", action="store_true", help="print the summary as a markdown table instead of JSON")

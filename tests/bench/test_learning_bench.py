@@ -52,30 +52,33 @@ def test_summary_pairs_seeds_against_default(learning):
     assert table[3].startswith("| t | x | 1,2,3 |") and "| 0.150 [-0.485, 0.785] |" in table[3] and table[3].endswith("| 10 | 300 |")
 
 
-def test_env_run_records_a_resumable_line(learning, tiny_paths, tmp_path):
+@pytest.mark.parametrize("task", ["tldr", "strbuild"])
+def test_env_run_records_a_resumable_line(learning, tiny_paths, tmp_path, task):
     class Args:
         out = str(tmp_path)
         model = tiny_paths["llama"]
         env_prompts = 2
         env_epochs = 1
+        env_max_new_tokens = 8
+        env_buffer = 2
         bench_script = None
 
-    run_dir = learning.run_dir_of(Args.out, "strbuild", "scale_batch", 3)
+    run_dir = learning.run_dir_of(Args.out, task, "scale_batch", 3)
     os.makedirs(run_dir)
-    learning.env_run(["--task", "strbuild", "--variant", "scale_batch", "--seed", "3", "--model", Args.model,
-                      "--run-dir", run_dir, "--env-prompts", "2", "--env-epochs", "1", "--threads", "1"])
+    learning.env_run(["--task", task, "--variant", "scale_batch", "--seed", "3", "--model", Args.model,
+                      "--run-dir", run_dir, *learning.env_command(Args, task, "scale_batch", 3, run_dir)[-8:], "--threads", "1"])
     with open(os.path.join(run_dir, "result.json")) as f:
         result = json.load(f)
     assert result["joint_responses"] == 2 * 4  # 2 prompts x K = 4 aligned joint responses
     assert result["peak_rss_mib"] > 0 and result["train_wall_s"] > 0
     # a result.json without a runs.jsonl line is a finished run: the sweep adopts it instead of rerunning
-    learning.run_one(Args, "strbuild", "scale_batch", 3)
+    learning.run_one(Args, task, "scale_batch", 3)
     runs = learning.load_runs(Args.out)
-    line = runs[("strbuild", "scale_batch", 3)]
+    line = runs[(task, "scale_batch", 3)]
     assert line["fields"] == {"scale_rewards": "batch"}
     assert len(line["curve"]) == 1 and line["final_quarter"] == result["reward_mean_last_quarter"]
     summary = learning.report(Args.out)
-    assert summary["strbuild"]["scale_batch"]["seeds"] == [3]
+    assert summary[task]["scale_batch"]["seeds"] == [3]
     assert os.path.getsize(os.path.join(Args.out, "curves.png")) > 0
 
 
