@@ -97,7 +97,7 @@ def env_command(args, task: str, variant: str, seed: int, run_dir: str) -> List[
 
 def add_env_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-prompts", type=int, default=8, help="dataset rows of a ready environment (at most its train split)")
-    p.add_argument("--env-epochs", type=int, default=3)
+    p.add_argument("--env-epochs", type=int, default=4)
     p.add_argument("--env-max-new-tokens", type=int, default=48)
     p.add_argument("--env-buffer", type=int, default=1, help="rollout_buffer_size: prompts per update")
 
