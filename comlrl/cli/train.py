@@ -114,7 +114,7 @@ def run_train(args: argparse.Namespace) -> int:
     data = load_data(plan)  # before any model loads: a missing or empty dataset is refused here
     if main_process:
         check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
-    from comlrl.parallel.data_parallel import leave_process_group
+    from comlrl.parallel.data_parallel import exit_worker_rank, leave_process_group
 
     finished = False
     try:
@@ -122,6 +122,8 @@ def run_train(args: argparse.Namespace) -> int:
         finished = True
     finally:
         leave_process_group(wait=finished)
+    if not main_process:  # a finished torchrun rank > 0: nothing of its own to write, skip the teardown
+        exit_worker_rank(0)
     return 0
 
 

@@ -46,6 +46,22 @@ def leave_process_group(*, wait: bool = True) -> None:
     dist.destroy_process_group()
 
 
+def exit_worker_rank(code: int = 0) -> None:
+    """End a finished rank other than 0 now, without interpreter finalization (``os._exit`` after
+    flushing its output). Such a rank wrote nothing of its own (rank 0 owns the run directory, the
+    logs and the exports), so nothing is lost, and it cannot die in the abort ("terminate called
+    without an active exception") that torch.distributed's C++ threads can raise while an interpreter
+    tears down, which would make torchrun fail a run that finished."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 @dataclass(frozen=True)
 class DataParallel:
     rank: int = 0

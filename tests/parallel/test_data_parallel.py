@@ -134,3 +134,20 @@ def test_leave_process_group_destroys_the_group_this_process_joined(tmp_path, wa
     assert dist.is_initialized()
     leave_process_group(wait=wait)
     assert not dist.is_initialized()
+
+
+def test_exit_worker_rank_flushes_its_output_and_skips_interpreter_teardown(tmp_path):
+    """A finished rank > 0 ends through os._exit: what it printed (buffered, not yet flushed) still
+    arrives, its exit code is the one given, and no atexit handler (interpreter teardown) runs."""
+    script = (
+        "import atexit, sys\n"
+        "from comlrl.parallel.data_parallel import exit_worker_rank\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "sys.stdout.write('trained'); sys.stderr.write('warned')\n"
+        "exit_worker_rank(3)\n"
+        "print('after exit')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=str(tmp_path),
+                          env={**os.environ, "PYTHONPATH": REPO_ROOT})
+    assert done.returncode == 3
+    assert done.stdout == "trained" and done.stderr == "warned"
