@@ -73,11 +73,18 @@ def _stale_rows(x: PolicyLossInputs) -> torch.Tensor:
     return x.importance_rows.to(torch.bool)
 
 
+def upper_clip_bound(clip_low: Optional[float], clip_high: Optional[float]) -> Optional[float]:
+    """``1 + (clip_high or clip_low)``: the upper bound of a stale ratio (None: unclipped)."""
+    if clip_low is None and clip_high is None:
+        return None
+    return 1.0 + (clip_high if clip_high is not None else clip_low)
+
+
 def _clip(ratio: torch.Tensor, x: PolicyLossInputs) -> torch.Tensor:
-    if x.clip_low is None and x.clip_high is None:
+    high = upper_clip_bound(x.clip_low, x.clip_high)
+    if high is None:
         return ratio
     low = 1.0 - x.clip_low if x.clip_low is not None else 0.0
-    high = 1.0 + (x.clip_high if x.clip_high is not None else x.clip_low)
     return ratio.clamp(low, high)
 
 

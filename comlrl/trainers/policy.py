@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from comlrl.core.kl import k2_token_kl_loss, sequence_kl, sequence_log_ratio, stale_token_weights
-from comlrl.core.policy_losses import PolicyLossInputs
+from comlrl.core.policy_losses import PolicyLossInputs, upper_clip_bound
 from comlrl.core.registry import get_policy_loss
 from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.models.loading import frozen_copy, model_device
@@ -244,22 +244,21 @@ def _micro_batch_loss(agent: PolicyAgent, rows: PolicyRows, at: slice, *, temper
     with agent.autocast():
         scores = score_completions(agent.model, batch, temperature, with_entropy=True, with_hidden_states=auxiliary is not None)
     old = _old_logprob_tensor(rows.old_logprobs[at], scores.logprobs)
+    stale = torch.tensor(rows.stale[at], dtype=torch.bool, device=agent.device)
     output = loss_fn(PolicyLossInputs(
         scores.logprobs,
         batch.mask,
         torch.tensor(rows.advantages[at], device=agent.device),
         torch.tensor(rows.weights[at], device=agent.device),
         old_token_logprobs=old,
-        importance_rows=torch.tensor(rows.stale[at], dtype=torch.bool, device=agent.device),
+        importance_rows=stale,
         **settings,
     ))
     loss = output.loss
     if kl_coef is not None:
-        stale = torch.tensor(rows.stale[at], dtype=torch.bool, device=agent.device)
         token_weights = None
         if old is not None and bool(stale.any()):  # samples from an older policy: importance-weight the KL too
-            clip_low, clip_high = settings["clip_low"], settings["clip_high"]
-            cap = None if clip_low is None else 1.0 + (clip_high if clip_high is not None else clip_low)
+            cap = upper_clip_bound(settings["clip_low"], settings["clip_high"])
             token_weights = stale_token_weights(scores.logprobs, old, stale, cap)
         kl_term = _kl_loss(scores.logprobs, batch.mask, rows, start, stop, kl_coef, token_weights)
         loss = loss + kl_term

@@ -59,9 +59,7 @@ def turn_advantages(samples: Sequence[GroupSample], args) -> List[torch.Tensor]:
     raw = [group_advantages(r, args.advantage_mode) for r in returns]
     if not normalise:
         return raw
-    if args.scale_rewards == "group":  # CoMLRL 1.4.3, computed exactly as before
-        return [normalize_groups(a) for a in raw]
-    return scale_advantages(raw, args.scale_rewards)
+    return scale_advantages(raw, args.scale_rewards)  # "group": normalize_groups per group, CoMLRL 1.4.3
 
 
 def credit_correlation(samples: Sequence[GroupSample], args, num_agents: int, k: int) -> Optional[float]:
