@@ -61,9 +61,9 @@ def worker(args: argparse.Namespace) -> None:
     wall = time.perf_counter() - start
     steps = trainer.state.global_step
     params = [sum(p.numel() * p.element_size() for p in agent.parameters() if p.requires_grad) for agent in trainer.agents]
-    if trainer._dist.is_main:
+    if trainer.team.dist.is_main:
         result = {
-            "bench": "dp_scaling", "world_size": trainer._dist.world_size, "model": args.model, "train_wall_s": round(wall, 3),
+            "bench": "dp_scaling", "world_size": trainer.team.dist.world_size, "model": args.model, "train_wall_s": round(wall, 3),
             "steps": steps, "s_per_step": round(wall / max(steps, 1), 3), "env_steps": trainer.env_step,
             "allreduced_bytes_per_step": reduced["bytes"] // max(steps, 1), "allreduce_calls_per_step": reduced["calls"] // max(steps, 1),
             "gradient_bytes_per_agent": params, "threads_per_process": args.threads,

@@ -3,7 +3,7 @@
     python tools/gen_config_docs.py          # rewrite docs/configs.md
     python tools/gen_config_docs.py --check  # exit 1 when docs/configs.md is not current
 
-The descriptions are the attribute docstrings of the fields (``comlrl.trainers.field_docs``); the
+The descriptions are the attribute docstrings of the fields (``comlrl.config.docs``); the
 test suite regenerates the page and compares it with the committed file.
 """
 
@@ -40,7 +40,7 @@ config is created.
 def config_classes() -> List[type]:
     """The public ``*Config`` classes of every module under ``comlrl.trainers``, by module then name."""
     import comlrl.trainers
-    from comlrl.trainers.config_base import ConfigBase
+    from comlrl.config.base import ConfigBase
 
     for module in pkgutil.walk_packages(comlrl.trainers.__path__, "comlrl.trainers."):
         importlib.import_module(module.name)
@@ -68,7 +68,7 @@ def cell(text: str) -> str:
 
 
 def render() -> str:
-    from comlrl.trainers.field_docs import describe
+    from comlrl.config.docs import describe
 
     out = [HEADER]
     classes = config_classes()

@@ -14,7 +14,7 @@ submodule does not add an edge to its parent packages' ``__init__``.
 
 The layers (docs/design.md, bottom-up; an import only points down or sideways within a package):
 
-    core < models < rollout < parallel < checkpoint < telemetry < adapters < trainers < envs < config < cli < utils, schedulers
+    core < models < rollout < parallel < checkpoint < telemetry < adapters < config < trainers < envs < runplan < cli < utils, schedulers
 
 with two extra rules: ``comlrl.envs`` imports nothing of the training stack (only ``adapters`` and
 itself), and the 1.4.x faces ``comlrl.utils`` / ``comlrl.schedulers`` may import anything but
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 LAYERS: Tuple[Tuple[str, ...], ...] = (
-    ("core",), ("models",), ("rollout",), ("parallel",), ("checkpoint",), ("telemetry",), ("adapters",),
-    ("trainers",), ("envs",), ("config",), ("cli",), ("utils", "schedulers"),
+    ("core",), ("models",), ("rollout",), ("parallel",), ("checkpoint",), ("telemetry",), ("adapters",), ("config",),
+    ("trainers",), ("envs",), ("runplan",), ("cli",), ("utils", "schedulers"),
 )
 """Packages of ``comlrl`` from the bottom up; packages in one tuple share a level."""
 

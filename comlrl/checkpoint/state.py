@@ -1,7 +1,7 @@
 """What a checkpoint holds besides files: the component registry, runtime values and RNG streams.
 
 A trainer names its checkpointed parts in a ``CheckpointComponents`` registry (see
-``TrainingCheckpointMixin._checkpoint_components``): models (written as safetensors), optimizers and
+``CheckpointOwner.checkpoint_components``): models (written as safetensors), optimizers and
 schedulers (their ``state_dict``), and runtime states (objects with ``state_dict`` /
 ``load_state_dict`` returning plain values). Runtime values are encoded with built-in types and
 tensors only, so every torch file loads with ``weights_only=True``; dataclass records (rollout

@@ -1,7 +1,8 @@
-"""The mixin behind every trainer's ``save_checkpoint`` / ``load_checkpoint`` and ``train()``'s
-checkpoint options: when to save, where, resume checks (identity, config, world size), pruning, and
-the data-parallel hooks. One folder's files are written and validated by ``checkpoint.folder``;
-the folder's layout (manifest, models, optimizers, training state, RNG) is in docs/checkpoints.md.
+"""``CheckpointStore``: what every trainer's ``save_checkpoint`` / ``load_checkpoint`` and ``train()``'s
+checkpoint options run on: when to save, where, resume checks (identity, config, world size),
+pruning, and the data-parallel hooks. One folder's files are written and validated by
+``checkpoint.folder``; the folder's layout (manifest, models, optimizers, training state, RNG) is in
+docs/checkpoints.md. What a checkpoint holds is the store's ``owner``'s (``CheckpointOwner``).
 
 Loading validates everything (class, config, dataset, tokenizers, every component's structure,
 file integrity, decodability) before the trainer is changed at all. Saving captures the RNG state
@@ -10,11 +11,12 @@ first and restores it afterwards, so a run with checkpoints draws the same numbe
 
 from __future__ import annotations
 
+import abc
 import os
 import shutil
 import uuid
 import warnings
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Protocol
 
 from comlrl.checkpoint import layout
 from comlrl.checkpoint.files import CheckpointError
@@ -27,7 +29,7 @@ from comlrl.checkpoint.folder import (  # noqa: F401  (write_checkpoint, LoadPla
     validate_components,
     write_checkpoint,
 )
-from comlrl.checkpoint.interrupt import TrainingInterrupted
+from comlrl.checkpoint.interrupt import Interruptible, TrainingInterrupted
 from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.state import (
     CheckpointComponents,
@@ -42,112 +44,121 @@ from comlrl.checkpoint.state import (
 )
 
 
-class TrainingCheckpointMixin:
-    """``save_checkpoint`` / ``load_checkpoint`` and the checkpoint side of ``train()``.
+class CheckpointOwner(Protocol):
+    """What a ``CheckpointStore`` asks of the run it checkpoints."""
 
-    A trainer provides ``_checkpoint_components()`` (what to save, see ``CheckpointComponents``),
-    ``_checkpoint_identity()`` (config, dataset, tokenizers, W&B identity and the progress
-    cursor, all JSON) and ``_checkpoint_check(manifest, states)`` / ``_checkpoint_restored(manifest)``
-    for trainer-level checks and follow-up (see ``TrainerBase``).
-    """
+    config: Any  # the run's config (its defaults and resumable fields)
+    class_name: str  # "module.Class" of the trainer: a checkpoint resumes only in the same class
 
-    _checkpoint_run_id: Optional[str] = None
-    _checkpoint_sequence: int = 0
-    _checkpoint_schedule: Optional[CheckpointSchedule] = None
-    _training_active: bool = False
-    _training_failure: Optional[str] = None
-    _interrupt: Any = None  # the Interruptible of a running train() (comlrl.checkpoint.interrupt)
+    def checkpoint_components(self) -> CheckpointComponents: ...
 
-    # ------------------------------------------------------------------ trainer interface
-    def _checkpoint_components(self) -> CheckpointComponents:
-        raise NotImplementedError
+    def checkpoint_identity(self) -> Dict[str, Any]:
+        """config, dataset, tokenizers, W&B identity, progress, generation settings (all JSON)."""
 
-    def _checkpoint_identity(self) -> Dict[str, Any]:
-        raise NotImplementedError
+    def checkpoint_check(self, manifest: Mapping[str, Any], states: Mapping[str, Any]) -> None:
+        """Run-level validation before anything is restored (raise CheckpointError)."""
 
-    def _checkpoint_check(self, manifest: Mapping[str, Any], states: Mapping[str, Any]) -> None:
-        """Trainer-level validation before anything is restored (raise CheckpointError)."""
-
-    def _checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
+    def checkpoint_restored(self, manifest: Mapping[str, Any]) -> None:
         """Called after every component is restored and before the RNG is."""
 
-    # data parallelism (see TrainerBase): one writer, the others take part in gathering their states
-    def _checkpoint_is_writer(self) -> bool:
-        return True
+    # data parallelism: one writer, the others take part in gathering their states
+    def is_writer(self) -> bool: ...
 
-    def _checkpoint_share(self, value: Any) -> Any:
+    def share(self, value: Any) -> Any:
         """The writer's ``value`` on every process."""
-        return value
 
-    def _checkpoint_barrier(self) -> None:
-        pass
+    def barrier(self) -> None: ...
 
-    def _checkpoint_prepare(self, rng: Mapping[str, Any]) -> Optional[Mapping[int, Any]]:
-        """Collect what every process must contribute to the next checkpoint (collective); may return
-        the full states of sharded models and optimizers (see ``write_checkpoint``)."""
-        return None
+    def prepare(self, rng: Mapping[str, Any]) -> Optional[Mapping[int, Any]]:
+        """Collect what every process contributes to the next checkpoint (collective); may return the
+        full states of sharded models and optimizers (see ``write_checkpoint``)."""
 
-    def _checkpoint_own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
+    def own_rng(self, rng: Mapping[str, Any]) -> Mapping[str, Any]:
         """The RNG state this process resumes with (the checkpoint's, or its own rank's)."""
-        return rng
+
+
+class TrainingCheckpointMixin(abc.ABC):
+    """CoMLRL 1.4.x's name for a trainer that writes and resumes exact checkpoints. In comlrl the
+    machinery is the composed ``CheckpointStore``; this is the interface it gives a class: any class
+    with ``save_checkpoint`` and ``load_checkpoint`` is one (``isinstance`` works, nothing is inherited)."""
+
+    @classmethod
+    def __subclasshook__(cls, other: type) -> Any:
+        if cls is TrainingCheckpointMixin:
+            names = set().union(*(vars(klass) for klass in other.__mro__))
+            return {"save_checkpoint", "load_checkpoint"} <= names or NotImplemented
+        return NotImplemented
+
+
+class CheckpointStore:
+    """The checkpoints of one trainer (see the module docstring); ``owner`` says what they hold."""
+
+    def __init__(self, owner: CheckpointOwner):
+        self.owner = owner
+        self.run_id: Optional[str] = None
+        self.sequence = 0
+        self.schedule: Optional[CheckpointSchedule] = None
+        self.active = False  # train() is running
+        self.failure: Optional[str] = None  # where the last train() raised, if it did
+        self.interrupt: Optional[Interruptible] = None  # the signal handling of a running train()
 
     # ------------------------------------------------------------------ public
-    def save_checkpoint(self, output_dir: str) -> str:
+    def save(self, output_dir: str) -> str:
         """Write a checkpoint of the trainer as it is now into ``output_dir`` (new or empty); return it.
 
         Refused while ``train()`` runs (checkpoints are taken between steps by ``train`` itself) and
         after a ``train()`` that raised, whose state is partial.
         """
-        self._checkpoint_require_consistent("save_checkpoint")
+        self.require_consistent("save_checkpoint")
         target = os.path.abspath(os.fspath(output_dir))
-        if os.path.exists(target) and self._checkpoint_is_writer():
+        if os.path.exists(target) and self.owner.is_writer():
             if not os.path.isdir(target) or os.listdir(target):
                 raise FileExistsError(f"{target} already exists and is not an empty directory; refusing to overwrite it. Choose a new path.")
             os.rmdir(target)
-        return self._checkpoint_write(target, self._checkpoint_sequence + 1)
+        return self._write(target, self.sequence + 1)
 
-    def load_checkpoint(self, path: str) -> Dict[str, Any]:
+    def load(self, path: str) -> Dict[str, Any]:
         """Validate the checkpoint at ``path`` against this trainer, then restore it; return its progress.
 
         ``path``: a checkpoint folder, its manifest, or a checkpoint_dir (its latest checkpoint).
         Nothing is changed unless every check passes.
         """
-        if self._training_active:
+        if self.active:
             raise RuntimeError("load_checkpoint cannot run while train() is running.")
-        plan = self._checkpoint_validate(layout.resolve_checkpoint(path))
-        self._checkpoint_apply(plan)
+        plan = self._validate(layout.resolve_checkpoint(path))
+        self._apply(plan)
         return dict(plan.manifest["progress"])
 
     # ------------------------------------------------------------------ train() integration
-    def _checkpoint_begin(self, resume_from_checkpoint: Any, schedule: CheckpointSchedule) -> None:
+    def begin(self, resume_from_checkpoint: Any, schedule: CheckpointSchedule) -> None:
         """At train() start: validate the resume source and ``checkpoint_dir``, then restore."""
-        source = self._checkpoint_source(resume_from_checkpoint, schedule)
+        source = self._source(resume_from_checkpoint, schedule)
         plan = None
         if source is not None:
-            plan = self._checkpoint_validate(source)
-            saved, now = plan.manifest["generation"], self._checkpoint_identity()["generation"]
+            plan = self._validate(source)
+            saved, now = plan.manifest["generation"], self.owner.checkpoint_identity()["generation"]
             if saved != now:
                 raise CheckpointError(
                     f"train() generation settings differ from the checkpoint's: {saved} in the checkpoint, {now} here. "
                     f"Pass the same keyword arguments to train() when resuming."
                 )
         elif schedule.directory is not None:
-            self._checkpoint_require_consistent("train(checkpoint_dir=...)")
-        run_id = plan.manifest["run_id"] if plan is not None else self._checkpoint_run_id
+            self.require_consistent("train(checkpoint_dir=...)")
+        run_id = plan.manifest["run_id"] if plan is not None else self.run_id
         if schedule.directory is not None:
             resuming = run_id is not None
-            run_id = self._checkpoint_share(run_id or uuid.uuid4().hex)
+            run_id = self.owner.share(run_id or uuid.uuid4().hex)
             layout.check_directory(schedule.directory, run_id, resuming)
-            if self._checkpoint_is_writer():
+            if self.owner.is_writer():
                 layout.open_directory(schedule.directory, run_id)
-            self._checkpoint_barrier()
+            self.owner.barrier()
         if plan is not None:
-            self._checkpoint_apply(plan)
-        self._checkpoint_run_id = run_id
-        self._checkpoint_schedule = schedule
+            self._apply(plan)
+        self.run_id = run_id
+        self.schedule = schedule
 
     @staticmethod
-    def _checkpoint_source(resume_from_checkpoint: Any, schedule: CheckpointSchedule) -> Optional[str]:
+    def _source(resume_from_checkpoint: Any, schedule: CheckpointSchedule) -> Optional[str]:
         if resume_from_checkpoint is None:
             return None
         if resume_from_checkpoint is True:
@@ -157,144 +168,154 @@ class TrainingCheckpointMixin:
             return source
         return layout.resolve_checkpoint(resume_from_checkpoint)
 
-    def _checkpoint_after_step(self, global_step: int) -> None:
-        schedule = self._checkpoint_schedule
+    @property
+    def saving(self) -> bool:
+        """Whether the running train() writes checkpoints (it has a checkpoint_dir)."""
+        return self.schedule is not None and self.schedule.directory is not None
+
+    def after_step(self, global_step: int) -> None:
+        """A step checkpoint when one is due; on a deferred SIGTERM, a checkpoint of this step, then stop."""
+        schedule = self.schedule
         saved = None
         if schedule is not None and schedule.due_after_step(global_step):
-            saved = self._checkpoint_save_to_directory(schedule, layout.step_checkpoint_name(global_step))
-        interrupt = self._interrupt
+            saved = self.save_to_directory(layout.step_checkpoint_name(global_step))
+        interrupt = self.interrupt
         if interrupt is not None and interrupt.pending is not None:  # SIGTERM during this step: save it, then stop
-            if saved is None and schedule is not None and schedule.directory is not None:
-                saved = self._checkpoint_save_to_directory(schedule, layout.step_checkpoint_name(global_step))
+            if saved is None and self.saving:
+                saved = self.save_to_directory(layout.step_checkpoint_name(global_step))
             raise TrainingInterrupted(interrupt.pending, saved)
 
-    def _checkpoint_after_epoch(self, epoch: int, final: bool) -> None:
-        schedule = self._checkpoint_schedule
-        if schedule is not None and schedule.due_after_epoch(epoch, final):
-            self._checkpoint_save_to_directory(schedule, layout.epoch_checkpoint_name(epoch))
+    def due_after_epoch(self, epoch: int, final: bool) -> bool:
+        return self.schedule is not None and self.schedule.due_after_epoch(epoch, final)
 
-    def _checkpoint_save_to_directory(self, schedule: CheckpointSchedule, name: str) -> str:
-        if self._checkpoint_is_writer():
-            sequence = layout.next_sequence(schedule.directory, self._checkpoint_run_id, self._checkpoint_sequence)
-            name = layout.free_name(schedule.directory, name)
+    def commit(self, name: str) -> Optional[str]:
+        """A checkpoint into folder ``name`` of the running train()'s checkpoint_dir (None when it has none)."""
+        return self.save_to_directory(name) if self.saving else None
+
+    def save_to_directory(self, name: str) -> str:
+        directory = self.schedule.directory
+        if self.owner.is_writer():
+            sequence = layout.next_sequence(directory, self.run_id, self.sequence)
+            name = layout.free_name(directory, name)
         else:
             sequence = 0
-        sequence, name = self._checkpoint_share((sequence, name))
-        path = self._checkpoint_write(os.path.join(schedule.directory, name), sequence)
-        if self._checkpoint_is_writer():
-            layout.prune(schedule.directory, self._checkpoint_run_id, schedule.total_limit)
-        self._checkpoint_barrier()
+        sequence, name = self.owner.share((sequence, name))
+        path = self._write(os.path.join(directory, name), sequence)
+        if self.owner.is_writer():
+            layout.prune(directory, self.run_id, self.schedule.total_limit)
+        self.owner.barrier()
         return path
 
-    # ------------------------------------------------------------------ internals
-    def _checkpoint_class_name(self) -> str:
-        return f"{type(self).__module__}.{type(self).__qualname__}"
+    def finish(self) -> None:
+        """train() ended (successfully or not): no schedule, no signal handling."""
+        self.active = False
+        self.schedule = None
+        self.interrupt = None
 
-    def _checkpoint_require_consistent(self, action: str) -> None:
-        if self._training_active:
+    # ------------------------------------------------------------------ internals
+    def require_consistent(self, action: str) -> None:
+        if self.active:
             raise RuntimeError(f"{action} is not possible while train() is running; train() checkpoints between steps itself (checkpoint_dir=...).")
-        if self._training_failure is not None:
+        if self.failure is not None:
             raise RuntimeError(
-                f"{action} refused: the last train() call raised during {self._training_failure}, so models, optimizers "
+                f"{action} refused: the last train() call raised during {self.failure}, so models, optimizers "
                 f"and buffers may hold a partial step. Build a new trainer and resume from the latest checkpoint "
                 f"(train(resume_from_checkpoint=...))."
             )
 
-    def _checkpoint_write(self, target: str, sequence: int) -> str:
+    def _write(self, target: str, sequence: int) -> str:
+        owner = self.owner
         rng = capture_rng_state()
-        if self._checkpoint_run_id is None:
-            self._checkpoint_run_id = self._checkpoint_share(uuid.uuid4().hex)
-        gathered = self._checkpoint_prepare(rng)
-        if not self._checkpoint_is_writer():
+        if self.run_id is None:
+            self.run_id = owner.share(uuid.uuid4().hex)
+        gathered = owner.prepare(rng)
+        if not owner.is_writer():
             restore_rng_state(rng)
-            self._checkpoint_barrier()
-            self._checkpoint_sequence = sequence
+            owner.barrier()
+            self.sequence = sequence
             return target
         parent = os.path.dirname(target)
-        staging = layout.staging_folder(parent, sequence, self._checkpoint_run_id)
+        staging = layout.staging_folder(parent, sequence, self.run_id)
         try:
-            identity = dict(
-                self._checkpoint_identity(), trainer_class=self._checkpoint_class_name(), run_id=self._checkpoint_run_id,
-                sequence=sequence, rng=rng,
-            )
-            write_checkpoint(staging, self._checkpoint_components(), identity, gathered)
+            identity = dict(owner.checkpoint_identity(), trainer_class=owner.class_name, run_id=self.run_id, sequence=sequence, rng=rng)
+            write_checkpoint(staging, owner.checkpoint_components(), identity, gathered)
             layout.publish(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         finally:
             restore_rng_state(rng)
-        self._checkpoint_barrier()
-        self._checkpoint_sequence = sequence
+        owner.barrier()
+        self.sequence = sequence
         return target
 
-    def _checkpoint_validate(self, folder: str) -> LoadPlan:
+    def _validate(self, folder: str) -> LoadPlan:
+        owner = self.owner
         manifest = layout.read_manifest(folder)
         layout.check_restorable(manifest, folder)
-        expected = self._checkpoint_class_name()
-        if manifest["trainer_class"] != expected:
+        if manifest["trainer_class"] != owner.class_name:
             raise CheckpointError(
-                f"The checkpoint at {folder} was written by {manifest['trainer_class']}; this trainer is {expected}. "
+                f"The checkpoint at {folder} was written by {manifest['trainer_class']}; this trainer is {owner.class_name}. "
                 f"Resume it with the same trainer class."
             )
-        current = self._checkpoint_identity()
-        diffs = config_differences(manifest["config"], current["config"], config_defaults(self.args))
+        current = owner.checkpoint_identity()
+        diffs = config_differences(manifest["config"], current["config"], config_defaults(owner.config))
         if diffs:
             allowed = ", ".join(current["config"]["resumable"]) or "none"
             raise CheckpointError(
                 f"Checkpoint configuration does not match: {'; '.join(diffs)}. Only these fields may change on resume: {allowed}."
             )
-        self._checkpoint_compare_identity(manifest, current)
-        plan = LoadPlan(folder, manifest, self._checkpoint_components())
+        _compare_identity(manifest, current)
+        plan = LoadPlan(folder, manifest, owner.checkpoint_components())
         validate_components(plan)
-        self._checkpoint_check(manifest, plan.states)
+        owner.checkpoint_check(manifest, plan.states)
         return plan
 
-    @staticmethod
-    def _checkpoint_compare_identity(manifest: Mapping[str, Any], current: Mapping[str, Any]) -> None:
-        saved_tokenizers, tokenizers = manifest["tokenizers"], current["tokenizers"]
-        _names_must_match("tokenizers", tokenizers, saved_tokenizers)
-        for name in sorted(tokenizers):
-            if saved_tokenizers[name] != tokenizers[name]:
-                raise CheckpointError(
-                    f"The tokenizer of {name} differs from the checkpoint's ({saved_tokenizers[name]['class']} "
-                    f"sha256 {saved_tokenizers[name]['sha256'][:12]}..., here {tokenizers[name]['class']} sha256 "
-                    f"{tokenizers[name]['sha256'][:12]}...): vocabulary, special tokens, chat template or settings changed."
-                )
-        saved_world = (manifest.get("data_parallel") or {}).get("world_size", 1)
-        world = (current.get("data_parallel") or {}).get("world_size", 1)
-        if saved_world != world:
-            raise CheckpointError(
-                f"The checkpoint was written by a run of {saved_world} data-parallel process(es); this run has {world}. "
-                f"Each process's rollout buffers and random streams are in it, so resume with "
-                f"`torchrun --nproc_per_node={saved_world}` (or a single process when it says 1)."
-            )
-        saved, now = manifest.get("dataset"), current.get("dataset")
-        if saved is None or now is None:
-            return
-        if saved["length"] != now["length"]:
-            raise CheckpointError(
-                f"The training dataset has {now['length']} items; the checkpoint's had {saved['length']}. The resume "
-                f"position counts items of that dataset, so it must be the same dataset."
-            )
-        if saved["fingerprint"] and now["fingerprint"] and saved["fingerprint"] != now["fingerprint"]:
-            warnings.warn(
-                f"The training dataset's fingerprint ({now['fingerprint']}) differs from the checkpoint's "
-                f"({saved['fingerprint']}); resuming on data that may differ.",
-                stacklevel=4,
-            )
-
-    def _checkpoint_apply(self, plan: LoadPlan) -> None:
+    def _apply(self, plan: LoadPlan) -> None:
         apply_components(plan)
-        self._checkpoint_run_id = plan.manifest["run_id"]
-        self._checkpoint_sequence = plan.manifest["sequence"]
-        self._training_failure = None
-        self._checkpoint_restored(plan.manifest)
-        restore_rng_state(self._checkpoint_own_rng(plan.rng))
+        self.run_id = plan.manifest["run_id"]
+        self.sequence = plan.manifest["sequence"]
+        self.failure = None
+        self.owner.checkpoint_restored(plan.manifest)
+        restore_rng_state(self.owner.own_rng(plan.rng))
+
+
+def _compare_identity(manifest: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    saved_tokenizers, tokenizers = manifest["tokenizers"], current["tokenizers"]
+    _names_must_match("tokenizers", tokenizers, saved_tokenizers)
+    for name in sorted(tokenizers):
+        if saved_tokenizers[name] != tokenizers[name]:
+            raise CheckpointError(
+                f"The tokenizer of {name} differs from the checkpoint's ({saved_tokenizers[name]['class']} "
+                f"sha256 {saved_tokenizers[name]['sha256'][:12]}..., here {tokenizers[name]['class']} sha256 "
+                f"{tokenizers[name]['sha256'][:12]}...): vocabulary, special tokens, chat template or settings changed."
+            )
+    saved_world = (manifest.get("data_parallel") or {}).get("world_size", 1)
+    world = (current.get("data_parallel") or {}).get("world_size", 1)
+    if saved_world != world:
+        raise CheckpointError(
+            f"The checkpoint was written by a run of {saved_world} data-parallel process(es); this run has {world}. "
+            f"Each process's rollout buffers and random streams are in it, so resume with "
+            f"`torchrun --nproc_per_node={saved_world}` (or a single process when it says 1)."
+        )
+    saved, now = manifest.get("dataset"), current.get("dataset")
+    if saved is None or now is None:
+        return
+    if saved["length"] != now["length"]:
+        raise CheckpointError(
+            f"The training dataset has {now['length']} items; the checkpoint's had {saved['length']}. The resume "
+            f"position counts items of that dataset, so it must be the same dataset."
+        )
+    if saved["fingerprint"] and now["fingerprint"] and saved["fingerprint"] != now["fingerprint"]:
+        warnings.warn(
+            f"The training dataset's fingerprint ({now['fingerprint']}) differs from the checkpoint's "
+            f"({saved['fingerprint']}); resuming on data that may differ.",
+            stacklevel=4,
+        )
 
 
 def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], wandb: Optional[Mapping[str, Any]], progress: Mapping[str, Any], generation: Mapping[str, Any]) -> Dict[str, Any]:
-    """The JSON identity a trainer's ``_checkpoint_identity`` returns."""
+    """The JSON identity a run's ``checkpoint_identity`` returns."""
     return {
         "config": config_record(config),
         "dataset": dataset_info(dataset),

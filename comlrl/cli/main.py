@@ -181,7 +181,7 @@ def run_estimate(args: argparse.Namespace) -> int:
 
 def _estimate_run_config(args: argparse.Namespace) -> int:
     """``comlrl estimate --config``: the run ``comlrl train --config`` would start, estimated."""
-    from comlrl.config.plan import plan_from_args
+    from comlrl.runplan.plan import plan_from_args
     from comlrl.cli.train import resolve_model_names
     from comlrl.cli.memory import estimate_from_config
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from comlrl.cli.model_shapes import (  # noqa: F401  (ModelShape, PUBLISHED_MODELS, ...: also imported from here)
     ACTIVATION_BYTES,
@@ -50,10 +50,10 @@ from comlrl.cli.model_shapes import (  # noqa: F401  (ModelShape, PUBLISHED_MODE
 )
 
 ESTIMATOR_MODELS = ("magrpo", "iac", "maac", "madpo", "marlhf")
-"""The runs ``run_shape`` models: MAGRPO-style group rollouts (the MAGRPO family), IAC (per-agent critics
-or value heads), MAAC (one centralized critic), MADPO (candidate collection and pair updates) and MARLHF
-(its RL backend plus the joint reward model). An algorithm's registry record names its model
-(``comlrl.trainers.registry.Algorithm.estimator``)."""
+"""The runs ``run_shape`` models (``MEMORY_MODELS``): MAGRPO-style group rollouts (the MAGRPO family),
+IAC (per-agent critics or value heads), MAAC (one centralized critic), MADPO (candidate collection and
+pair updates) and MARLHF (its RL backend plus the joint reward model). An algorithm's registry record
+names its model (``comlrl.trainers.registry.Algorithm.estimator``); the CLI's choices need no import."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +251,105 @@ def estimate_memory(run: RunShape) -> MemoryEstimate:
 
 
 # ----------------------------------------------------------------------------- from trainer configs
+@dataclass(frozen=True)
+class ShapeInputs:
+    """What every memory model reads besides the config: model shapes and sources, prompt length,
+    LoRA, device (see ``run_shape``)."""
+
+    agent_shapes: Sequence[ModelShape]
+    agent_sources: Sequence[str]
+    critic_shapes: Sequence[ModelShape]
+    critic_sources: Sequence[str]
+    prompt_tokens: int
+    lora_rank: int
+    lora_targets: Sequence[str]
+    critic_lora_rank: Optional[int]
+    device: str
+    reward_model_shape: Optional[ModelShape] = None
+
+
+def _entities(given: ShapeInputs, shared_heads: bool) -> tuple:
+    agents = [Entity(s, src, given.lora_rank, tuple(given.lora_targets), value_head=shared_heads)
+              for s, src in zip(given.agent_shapes, given.agent_sources)]
+    critic_rank = given.lora_rank if given.critic_lora_rank is None else given.critic_lora_rank
+    critics = [Entity(s, src, critic_rank, tuple(given.lora_targets), value_head=True) for s, src in zip(given.critic_shapes, given.critic_sources)]
+    return agents, critics
+
+
+def _rollout_shape(algorithm: str, given: ShapeInputs, config: Any, *, generate_items: int, rows: int,
+                   shared_heads: bool = False, critic_tokens: Optional[int] = None) -> RunShape:
+    agents, critics = _entities(given, shared_heads)
+    precision = config.precision or ("bf16-mixed" if given.device == "cuda" else "fp32")
+    in_backward = config.optimizer_in_backward if config.optimizer_in_backward is not None else config.max_grad_norm is None
+    return RunShape(
+        agents=agents, critics=critics, algorithm=algorithm, shared_value_heads=shared_heads, critic_type=getattr(config, "critic_type", "v"),
+        num_generations=config.num_generations, prompt_tokens=given.prompt_tokens, max_new_tokens=config.max_new_tokens,
+        items_per_generate=generate_items, rows_per_update=rows, micro_batch_rows=config.update_micro_batch_size,
+        critic_input_tokens=critic_tokens, reference_kl=config.reference_kl_enabled, precision=precision,
+        gradient_checkpointing=config.gradient_checkpointing, optimizer=config.optimizer, optimizer_in_backward=in_backward,
+        device=given.device,
+    )
+
+
+def group_shape(given: ShapeInputs, config: Any) -> RunShape:
+    """The MAGRPO family: a step generates ``rollout_buffer_size // nodes`` items per agent (at least 1)
+    at the widest tree level; an optimizer step scores ``train_batch_size`` groups of K completions."""
+    k = config.num_generations
+    width = k ** (len(given.agent_shapes) if getattr(config, "joint_mode", "aligned") == "cross" else 1)
+    items = max(1, config.rollout_buffer_size // sum(width**t for t in range(config.num_turns)))
+    return _rollout_shape("magrpo", given, config, generate_items=items * width ** (config.num_turns - 1), rows=config.train_batch_size * k)
+
+
+def _actor_critic_items(config: Any) -> int:
+    k = config.num_generations
+    items = max(1, config.rollout_buffer_size // (k * sum(k**t for t in range(config.num_turns))))
+    return items * k ** (config.num_turns - 1)
+
+
+def iac_shape(given: ShapeInputs, config: Any) -> RunShape:
+    """IAC: a step generates enough items to fill a buffer; an optimizer step scores ``train_batch_size``
+    samples (one completion each); critics per agent, or value heads on the actors."""
+    shared = not getattr(config, "use_separate_critic", True)
+    return _rollout_shape("iac", given, config, generate_items=_actor_critic_items(config), rows=config.train_batch_size, shared_heads=shared)
+
+
+def maac_shape(given: ShapeInputs, config: Any) -> RunShape:
+    """MAAC: as IAC, with one centralized critic reading every agent's prompt (and completion for Q)."""
+    per_agent = given.prompt_tokens + (config.max_new_tokens if config.critic_type == "q" else 0)
+    return _rollout_shape("maac", given, config, generate_items=_actor_critic_items(config), rows=config.train_batch_size,
+                          critic_tokens=per_agent * len(given.agent_shapes))
+
+
+def _collection_rows(config: Any) -> int:
+    """Rows of one MADPO collection generate call (the preference trainers' collection batch)."""
+    items = config.collection_batch_size or max(config.rollout_buffer_size, 64 // config.preference_num_candidates)
+    return items * config.preference_num_candidates
+
+
+def madpo_shape(given: ShapeInputs, config: Any) -> RunShape:
+    """MADPO: candidate collection, then pair updates scoring winners and losers (2 rows per pair)."""
+    base = group_shape(given, replace_fields(config, num_generations=1, reference_kl_enabled=False))
+    return replace(base, algorithm="madpo", num_generations=1, items_per_generate=0, rows_per_update=2 * config.train_batch_size,
+                   micro_batch_rows=2 * config.update_micro_batch_size if config.update_micro_batch_size else None,
+                   collection_rows=_collection_rows(config))
+
+
+def marlhf_shape(given: ShapeInputs, config: Any) -> RunShape:
+    """MARLHF: the run of its RL backend (the memory model of the ``rl_algorithm`` record) plus the
+    joint reward model (the first agent's shape unless ``reward_model_shape`` is given)."""
+    from comlrl.trainers.registry import ALGORITHMS
+
+    base = MEMORY_MODELS[ALGORITHMS[config.rl_algorithm].estimator](given, config)
+    return replace(base, algorithm="marlhf", reward_model=given.reward_model_shape or given.agent_shapes[0],
+                   collection_rows=_collection_rows(config))
+
+
+MEMORY_MODELS: Dict[str, Callable[[ShapeInputs, Any], RunShape]] = {
+    "magrpo": group_shape, "iac": iac_shape, "maac": maac_shape, "madpo": madpo_shape, "marlhf": marlhf_shape,
+}
+"""The memory models by name; an algorithm's registry record names its own (``Algorithm.estimator``)."""
+
+
 def run_shape(
     algorithm: str,
     agent_shapes: Sequence[ModelShape],
@@ -264,74 +363,21 @@ def run_shape(
     lora_targets: Sequence[str] = ("all-linear",),
     critic_lora_rank: Optional[int] = None,
     device: str = "cuda",
+    reward_model_shape: Optional[ModelShape] = None,
 ) -> RunShape:
-    """A ``RunShape`` from model shapes and a trainer config (``MAGRPOConfig``, ``IACConfig``,
-    ``MAACConfig`` or a plain object with the same fields): the batch arithmetic the trainers use.
-
-    MAGRPO: a step generates ``rollout_buffer_size // nodes`` items per agent (at least 1) at the
-    widest tree level; an optimizer step scores ``train_batch_size`` groups of K completions.
-    IAC/MAAC: a step generates enough items to fill a buffer; an optimizer step scores
-    ``train_batch_size`` samples (one completion each)."""
-    algorithm = algorithm.lower()
-    if algorithm not in ESTIMATOR_MODELS:
-        raise ValueError(f"algorithm={algorithm!r} is not modelled by the estimator; use one of {', '.join(ESTIMATOR_MODELS)} "
+    """A ``RunShape`` from model shapes and a trainer config (``MAGRPOConfig``, ``IACConfig``, ... or a
+    plain object with the same fields), by the memory model ``algorithm`` (a key of ``MEMORY_MODELS``):
+    the batch arithmetic the trainers use."""
+    model = MEMORY_MODELS.get(algorithm.lower())
+    if model is None:
+        raise ValueError(f"algorithm={algorithm!r} is not modelled by the estimator; use one of {', '.join(MEMORY_MODELS)} "
                          f"(an algorithm's record in comlrl.trainers.registry names its model: estimator=...).")
-    if algorithm in ("madpo", "marlhf"):
-        return _preference_shape(algorithm, agent_shapes, config, agent_sources=agent_sources, critic_shapes=critic_shapes,
-                                 critic_sources=critic_sources, prompt_tokens=prompt_tokens, lora_rank=lora_rank,
-                                 lora_targets=lora_targets, critic_lora_rank=critic_lora_rank, device=device)
-    agent_sources = list(agent_sources or [s.name for s in agent_shapes])
-    k = config.num_generations
-    precision = config.precision or ("bf16-mixed" if device == "cuda" else "fp32")
-    if algorithm == "magrpo":
-        width = k ** (len(agent_shapes) if getattr(config, "joint_mode", "aligned") == "cross" else 1)
-        nodes = sum(width**t for t in range(config.num_turns))
-        items = max(1, config.rollout_buffer_size // nodes)
-        generate_items = items * width ** (config.num_turns - 1)
-        rows = config.train_batch_size * k
-    else:
-        nodes = k * sum(k**t for t in range(config.num_turns))
-        items = max(1, config.rollout_buffer_size // nodes)
-        generate_items = items * k ** (config.num_turns - 1)
-        rows = config.train_batch_size
-    shared_heads = algorithm == "iac" and not getattr(config, "use_separate_critic", True)
-    agents = [Entity(s, src, lora_rank, tuple(lora_targets), value_head=shared_heads) for s, src in zip(agent_shapes, agent_sources)]
-    critic_rank = lora_rank if critic_lora_rank is None else critic_lora_rank
-    critic_sources = list(critic_sources or [s.name for s in critic_shapes])
-    critics = [Entity(s, src, critic_rank, tuple(lora_targets), value_head=True) for s, src in zip(critic_shapes, critic_sources)]
-    critic_tokens = None
-    if algorithm == "maac":
-        per_agent = prompt_tokens + (config.max_new_tokens if config.critic_type == "q" else 0)
-        critic_tokens = per_agent * len(agent_shapes)
-    in_backward = config.optimizer_in_backward if config.optimizer_in_backward is not None else config.max_grad_norm is None
-    return RunShape(
-        agents=agents, critics=critics, algorithm=algorithm, shared_value_heads=shared_heads, critic_type=getattr(config, "critic_type", "v"),
-        num_generations=k, prompt_tokens=prompt_tokens, max_new_tokens=config.max_new_tokens, items_per_generate=generate_items,
-        rows_per_update=rows, micro_batch_rows=config.update_micro_batch_size, critic_input_tokens=critic_tokens,
-        reference_kl=config.reference_kl_enabled, precision=precision, gradient_checkpointing=config.gradient_checkpointing,
-        optimizer=config.optimizer, optimizer_in_backward=in_backward, device=device,
+    given = ShapeInputs(
+        agent_shapes=agent_shapes, agent_sources=list(agent_sources or [s.name for s in agent_shapes]), critic_shapes=critic_shapes,
+        critic_sources=list(critic_sources or [s.name for s in critic_shapes]), prompt_tokens=prompt_tokens, lora_rank=lora_rank,
+        lora_targets=lora_targets, critic_lora_rank=critic_lora_rank, device=device, reward_model_shape=reward_model_shape,
     )
-
-
-def _collection_rows(config: Any) -> int:
-    """Rows of one MADPO collection generate call (``MADPOTrainer``'s collection batch)."""
-    items = config.collection_batch_size or max(config.rollout_buffer_size, 64 // config.preference_num_candidates)
-    return items * config.preference_num_candidates
-
-
-def _preference_shape(algorithm: str, agent_shapes: Sequence[ModelShape], config: Any, **kwargs: Any) -> RunShape:
-    """MADPO / MARLHF (see the module docstring); the reward model's shape is the first agent's
-    unless ``reward_model_shape`` is given."""
-    reward_shape = kwargs.pop("reward_model_shape", None)
-    if algorithm == "madpo":
-        base = run_shape("magrpo", agent_shapes, replace_fields(config, num_generations=1, reference_kl_enabled=False), **kwargs)
-        rows = 2 * config.train_batch_size
-        return replace(base, algorithm="madpo", num_generations=1, items_per_generate=0, rows_per_update=rows,
-                       micro_batch_rows=2 * config.update_micro_batch_size if config.update_micro_batch_size else None,
-                       collection_rows=_collection_rows(config))
-    backend = config.rl_algorithm if config.rl_algorithm in ("iac", "maac") else "magrpo"
-    base = run_shape(backend, agent_shapes, config, **kwargs)
-    return replace(base, algorithm="marlhf", reward_model=reward_shape or agent_shapes[0], collection_rows=_collection_rows(config))
+    return model(given, config)
 
 
 def replace_fields(config: Any, **changes: Any) -> Any:

@@ -3,7 +3,7 @@
     comlrl train --config magrpo_tldr_config.yaml --override agent_model.name=default magrpo.num_train_epochs=1
     comlrl train --config configs/iac_tldr_config.yaml --override agents='["A","B"]' agent_model.name=None ... --dry-run --json
 
-The command only assembles: config + overrides -> ``RunPlan`` (``comlrl.config.plan``, every check,
+The command only assembles: config + overrides -> ``RunPlan`` (``comlrl.runplan.plan``, every check,
 no model) -> environment (``comlrl.envs``) -> trainer (``comlrl.trainers.registry``) -> ``train()`` ->
 ``save_model`` -> reward curve. The run directory (``output.base_dir`` or ``--output-dir``) receives
 ``config.yaml`` (the config after the overrides, seed filled in: ``--config`` of a repeat),
@@ -85,7 +85,7 @@ def import_user_modules(targets) -> None:
 
 
 def plan_for(args: argparse.Namespace):
-    from comlrl.config.plan import plan_from_args
+    from comlrl.runplan.plan import plan_from_args
 
     import_user_modules(args.imports)
     overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
@@ -237,7 +237,7 @@ def check_save_path(path: str, *, overwrite: bool) -> None:
 
 def resolve_model_names(entities: Any, log: Callable[[str], None]) -> Dict[str, Any]:
     """The entities with every "default" replaced by the embedded model's folder (built on first use)."""
-    from comlrl.config.plan import DEFAULT_MODEL
+    from comlrl.runplan.plan import DEFAULT_MODEL
 
     def one(name: Optional[str]) -> Optional[str]:
         if name != DEFAULT_MODEL:
@@ -342,7 +342,7 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print, da
     refused as "already holds a run"."""
     from comlrl.cli.plot import plot_reward_curve
 
-    from comlrl.config.plan import without_secrets
+    from comlrl.runplan.plan import without_secrets
 
     main_process = is_main_process()
     data = data if data is not None else load_data(plan, log)
@@ -410,7 +410,7 @@ def add_configs_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_configs(args: argparse.Namespace) -> int:
-    from comlrl.config.plan import bundled_configs, find_config
+    from comlrl.runplan.plan import bundled_configs, find_config
 
     if args.name:
         print(find_config(args.name)[0], end="")

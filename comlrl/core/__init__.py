@@ -18,7 +18,20 @@ from comlrl.core.credit import (
     zero_signal_fraction,
 )
 from comlrl.core.kl import k3_token_kl, sequence_kl, sequence_log_ratio
-from comlrl.core.losses import PolicyLossOutput, policy_gradient_loss, sequence_logprobs, value_loss
+from comlrl.core.logprobs import sequence_logprobs
+from comlrl.core.policy_loss import (
+    NORMALISERS,
+    PolicyLoss,
+    PolicyLossInputs,
+    PolicyLossOutput,
+    Surrogate,
+    aggregate,
+    compute_policy_loss,
+    policy_gradient_loss,
+    register_policy_loss,
+    sequence_surrogate,
+    token_surrogate,
+)
 from comlrl.core.preference import (
     bradley_terry_loss,
     joint_margin_loss,
@@ -30,22 +43,26 @@ from comlrl.core.preference import (
     select_comparisons,
     shard_draw,
 )
-from comlrl.core.policy_losses import PolicyLossInputs
 from comlrl.core.registry import (
     advantage_names,
     get_advantage,
     get_policy_loss,
     policy_loss_names,
     register_advantage,
-    register_policy_loss,
 )
+from comlrl.core.value_loss import value_loss
 from comlrl.core.returns import cross_marginal_returns, node_returns, rewards_to_go, td_targets
 
 __all__ = [
     "ADVANTAGE_MODES",
+    "NORMALISERS",
+    "PolicyLoss",
     "PolicyLossInputs",
     "PolicyLossOutput",
     "SCALE_REWARDS",
+    "Surrogate",
+    "aggregate",
+    "compute_policy_loss",
     "advantage_names",
     "bradley_terry_loss",
     "counterfactual_advantages",
@@ -76,9 +93,11 @@ __all__ = [
     "sequence_kl",
     "sequence_log_ratio",
     "sequence_logprobs",
+    "sequence_surrogate",
     "sequential_ratio",
     "shard_draw",
     "td_targets",
+    "token_surrogate",
     "value_loss",
     "zero_signal_fraction",
 ]

@@ -78,3 +78,8 @@ def selected_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: 
     lse = _logsumexp_chunked(flat, temperature)
     picked = flat.gather(-1, targets.reshape(-1, 1)).squeeze(-1).float() / temperature
     return (picked - lse).reshape(targets.shape)
+
+
+def sequence_logprobs(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``log pi(y | x) = sum_t log pi(y_t | x, y_<t)`` over the real tokens of each row: ``[R, C] -> [R]``."""
+    return (token_logprobs * mask.to(token_logprobs.dtype)).sum(dim=-1)

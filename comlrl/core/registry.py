@@ -1,7 +1,7 @@
 """Registries of advantage estimators and policy losses, by name.
 
 A config names its estimator (``advantage_mode``) and its loss (``loss_type``); the trainer looks the
-function up here. A user's own function joins the same tables:
+entry up here. A user's own joins the same tables:
 
     from comlrl.core import register_advantage
 
@@ -11,38 +11,43 @@ function up here. A user's own function joins the same tables:
 
     MAGRPOConfig(advantage_mode="median")    # accepted: configs validate against the registry
 
-The contracts (shapes, arguments) are in ``comlrl.core.advantages`` and ``comlrl.core.policy_losses``.
+An estimator is a function; a policy loss is a ``PolicyLoss`` record (a surrogate and a normaliser,
+registered with ``comlrl.core.policy_loss.register_policy_loss``). The contracts (shapes, arguments)
+are in ``comlrl.core.advantages`` and ``comlrl.core.policy_loss``.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Tuple, TypeVar
+from typing import Any, Callable, Dict, Optional, Tuple, TypeVar
 
-F = TypeVar("F", bound=Callable)
+F = TypeVar("F")
 
 
 class Registry:
-    """One name -> function table; a name is registered once (``replace=True`` overrides)."""
+    """One name -> entry table; a name is registered once (``replace=True`` overrides)."""
 
     def __init__(self, kind: str):
         self.kind = kind
-        self._table: Dict[str, Callable] = {}
+        self._table: Dict[str, Any] = {}
 
     def register(self, name: str, *, replace: bool = False) -> Callable[[F], F]:
         if not isinstance(name, str) or not name.strip() or name != name.strip().lower():
             raise ValueError(f"a {self.kind} name must be a non-empty lower-case string without surrounding spaces, got {name!r}.")
 
-        def decorate(fn: F) -> F:
-            if not callable(fn):
-                raise TypeError(f"only a callable can be registered as {self.kind} {name!r}, got {type(fn).__name__}.")
-            if name in self._table and not replace and self._table[name] is not fn:
+        def decorate(entry: F) -> F:
+            if not callable(entry) and not hasattr(entry, "surrogate"):
+                raise TypeError(f"only a callable can be registered as {self.kind} {name!r}, got {type(entry).__name__}.")
+            if name in self._table and not replace and self._table[name] is not entry:
                 raise ValueError(f"{self.kind} {name!r} is already registered; pass replace=True to override it.")
-            self._table[name] = fn
-            return fn
+            self._table[name] = entry
+            return entry
 
         return decorate
 
-    def get(self, name: str) -> Callable:
+    def find(self, name: str) -> Optional[Any]:
+        return self._table.get(name)
+
+    def get(self, name: str) -> Any:
         try:
             return self._table[name]
         except KeyError:
@@ -61,18 +66,13 @@ def register_advantage(name: str, *, replace: bool = False) -> Callable[[F], F]:
     return ADVANTAGES.register(name, replace=replace)
 
 
-def register_policy_loss(name: str, *, replace: bool = False) -> Callable[[F], F]:
-    """Decorator: register ``fn(inputs: PolicyLossInputs) -> PolicyLossOutput`` as policy loss ``name``."""
-    return POLICY_LOSSES.register(name, replace=replace)
-
-
 def get_advantage(name: str) -> Callable:
     """The estimator registered as ``name`` (ValueError listing the registered names otherwise)."""
     return ADVANTAGES.get(name)
 
 
-def get_policy_loss(name: str) -> Callable:
-    """The policy loss registered as ``name`` (ValueError listing the registered names otherwise)."""
+def get_policy_loss(name: str) -> Any:
+    """The ``PolicyLoss`` registered as ``name`` (ValueError listing the registered names otherwise)."""
     return POLICY_LOSSES.get(name)
 
 

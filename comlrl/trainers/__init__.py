@@ -1,4 +1,4 @@
-"""Trainers, one package per algorithm family, on the shared loop of ``comlrl.trainers.base``."""
+"""Trainers, one package per algorithm family, each assembled from a team, a step and a run (``comlrl.trainers.trainer``)."""
 
 from comlrl.trainers.actor_critic import (
     ActorCriticTrainerBase,

@@ -1,4 +1,7 @@
-"""Reference-KL helpers of the CoMLRL 1.4.x public API (``comlrl.utils``); the trainers use ``PolicyAgent`` directly."""
+"""The reference KL's settings, read in one place by every trainer family (``penalty_coef``: the
+coefficient of the penalty in the rewards, ``reference_kl_mode="reward"``; ``loss_coef``: the
+coefficient of the KL loss term, ``reference_kl_mode="loss"``), and the reference-KL helpers of the
+CoMLRL 1.4.x public API (``comlrl.utils``)."""
 
 from __future__ import annotations
 
@@ -10,8 +13,20 @@ from comlrl.core.kl import sequence_kl
 from comlrl.models.loading import frozen_copy, freeze_model, load_causal_lm
 from comlrl.rollout.batch import SequenceBatch, position_ids_from_mask
 from comlrl.rollout.scoring import score_completions
-from comlrl.trainers.config_base import validate_reference_kl
+from comlrl.config import validate_reference_kl
 from comlrl.parallel.devices import resolve_devices
+
+
+def penalty_coef(args: Any) -> Optional[float]:
+    """``reference_kl_coef`` when the KL is a penalty in the rewards (``reference_kl_mode="reward"``,
+    CoMLRL 1.4.3), else None."""
+    return float(args.reference_kl_coef) if args.reference_kl_enabled and args.reference_kl_mode == "reward" else None
+
+
+def loss_coef(args: Any, has_references: bool) -> Optional[float]:
+    """``reference_kl_coef`` when the KL is its own loss term (``reference_kl_mode="loss"``) and frozen
+    references are loaded, else None."""
+    return float(args.reference_kl_coef) if args.reference_kl_enabled and args.reference_kl_mode == "loss" and has_references else None
 
 
 def reference_kl_enabled(args: Any) -> bool:

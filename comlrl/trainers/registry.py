@@ -1,10 +1,13 @@
-"""The algorithm registry: the one place that knows an algorithm ``comlrl train`` can run.
+"""The algorithm registry: the one place that knows an algorithm.
 
-One ``Algorithm`` record per algorithm holds its trainer and config classes, the YAML section(s)
-its config is read from, its trainer family (whose keyword builder turns an assembled run into the
-trainer's constructor arguments) and which model of the memory estimator (``comlrl estimate``)
-covers it. ``comlrl train`` / ``comlrl estimate`` and the run plan (``comlrl.config.plan``) read
-these records and nothing else. Adding an algorithm is one call::
+One ``Algorithm`` record per algorithm holds its trainer and config classes, its config defaults
+(MAREINFORCE, MARLOO and MAReMax are MAGRPO with another ``advantage_mode``: records, and their
+1.4.x classes are made from them), the YAML section(s) its config is read from, its trainer family
+(whose keyword builder turns an assembled run into the trainer's constructor arguments), which
+model of the memory estimator (``comlrl estimate``) covers it and whether MARLHF can use it as its
+online-RL backend (``rl_backend``). ``comlrl train``, ``comlrl estimate``, the run plan
+(``comlrl.runplan.plan``) and MARLHF read these records and nothing else. Adding an algorithm is one
+call::
 
     from comlrl.trainers.registry import register_algorithm
 
@@ -27,8 +30,9 @@ the run plan and the assembled parts as arguments.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 @dataclass
 class TrainerParts:
@@ -46,7 +50,7 @@ class TrainerParts:
 
 KwargsBuilder = Callable[[Any, TrainerParts], Dict[str, Any]]
 """``build(plan, parts) -> trainer keyword arguments``; ``plan`` is the run plan
-(``comlrl.config.plan.RunPlan``: ``config``, ``model_config``, ``algorithm``, ...)."""
+(``comlrl.runplan.plan.RunPlan``: ``config``, ``model_config``, ``algorithm``, ...)."""
 
 
 @dataclass(frozen=True)
@@ -64,14 +68,26 @@ class Algorithm:
     agents: Optional[int] = None
     """A fixed team size (1: a single-agent baseline); None: the section's ``num_agents``."""
     estimator: Optional[str] = None
-    """The memory estimator's model of this algorithm (``comlrl.cli.memory.ESTIMATOR_MODELS``: "magrpo",
-    "iac" or "maac"); None: not modelled (``comlrl estimate`` refuses the run)."""
+    """The memory estimator's model of this algorithm (a key of ``comlrl.cli.memory.MEMORY_MODELS``:
+    "magrpo", "iac", "maac", "madpo", "marlhf"); None: not modelled (``comlrl estimate`` refuses the run)."""
+    defaults: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Config defaults of this algorithm over its config class's own (a plain ``MAGRPOConfig`` given to
+    ``MARLOOTrainer`` takes ``advantage_mode="rloo"`` unless the field was set)."""
+    display_name: str = ""
+    """The name shown in logs and messages ("MAReMax"); default: the name in upper case."""
+    rl_backend: Optional[str] = None
+    """As MARLHF's online-RL backend (``rl_algorithm=name``): "group" (the MAGRPO-family step with
+    these ``defaults``) or "actor_critic" (an engine of ``config``); None: not a backend."""
 
     def trainer_class(self) -> type:
         return _load(self.trainer)
 
     def config_class(self) -> type:
         return _load(self.config)
+
+    @property
+    def shown_name(self) -> str:
+        return self.display_name or self.name.upper()
 
     @property
     def trainer_name(self) -> str:
@@ -157,6 +173,9 @@ def register_algorithm(
     sections: Optional[Sequence[str]] = None,
     agents: Optional[int] = None,
     estimator: Optional[str] = None,
+    defaults: Optional[Mapping[str, Any]] = None,
+    display_name: str = "",
+    rl_backend: Optional[str] = None,
     replace: bool = False,
 ) -> Algorithm:
     """Make ``name`` an algorithm of ``comlrl train --algorithm`` (and its config section(s) readable).
@@ -165,7 +184,9 @@ def register_algorithm(
     ``family``: a key of ``FAMILIES``, whose keyword builder gives the trainer's constructor arguments.
     ``sections``: the YAML sections read for the config, first found wins (default: ``(name,)``).
     ``agents``: a fixed team size (1 for a single-agent baseline), None for the section's ``num_agents``.
-    ``estimator``: the memory estimator's model of the run ("magrpo", "iac" or "maac"), None if not modelled.
+    ``estimator``: the memory estimator's model of the run ("magrpo", "iac", "maac", "madpo", "marlhf"), None if not modelled.
+    ``defaults``: config defaults over the config class's own; ``display_name``: the name in logs;
+    ``rl_backend``: "group" or "actor_critic" to offer the algorithm as MARLHF's ``rl_algorithm``.
     A name already registered is refused unless ``replace=True``. Returns the record.
     """
     if not isinstance(name, str) or not name or name != name.strip().lower():
@@ -187,7 +208,12 @@ def register_algorithm(
     if estimator is not None and (not isinstance(estimator, str) or not estimator):
         raise ValueError(f"register_algorithm: estimator={estimator!r} must name a model of the memory estimator "
                          f"('magrpo', 'iac', 'maac', 'madpo' or 'marlhf'), or be None (comlrl estimate then refuses the run).")
-    record = Algorithm(name, trainer, config, sections, family, agents, estimator)
+    if defaults is not None and (not isinstance(defaults, Mapping) or not all(isinstance(k, str) for k in defaults)):
+        raise ValueError(f"register_algorithm: defaults={defaults!r} must map config field names to values, e.g. {{'advantage_mode': 'rloo'}}.")
+    if rl_backend not in (None, "group", "actor_critic"):
+        raise ValueError(f"register_algorithm: rl_backend={rl_backend!r} must be 'group', 'actor_critic' or None.")
+    record = Algorithm(name, trainer, config, sections, family, agents, estimator, MappingProxyType(dict(defaults or {})),
+                       display_name, rl_backend)
     ALGORITHMS[name] = record
     return record
 
@@ -205,25 +231,37 @@ def register_family(name: str, build: KwargsBuilder, *, replace: bool = False) -
 
 
 # the built-in records: name, package, class prefix (<prefix>Trainer, <prefix>Config), sections, family,
-# fixed team size, the estimator's model
-for _name, _module, _class, _sections, _family, _agents, _estimator in (
-    ("magrpo", _REINFORCE, "MAGRPO", ("magrpo",), "reinforce", None, "magrpo"),
-    ("mareinforce", _REINFORCE, "MAREINFORCE", ("mareinforce", "magrpo"), "reinforce", None, "magrpo"),
-    ("marloo", _REINFORCE, "MARLOO", ("marloo", "magrpo"), "reinforce", None, "magrpo"),
-    ("maremax", _REINFORCE, "MAReMax", ("maremax", "magrpo"), "reinforce", None, "magrpo"),
-    ("iac", _AC, "IAC", ("iac",), "actor_critic", None, "iac"),
-    ("maac", _AC, "MAAC", ("maac",), "actor_critic", None, "maac"),
-    ("madpo", _PREF, "MADPO", ("madpo",), "preference", None, "madpo"),
-    ("marlhf", _PREF, "MARLHF", ("marlhf",), "preference", None, "marlhf"),
-    ("madpo_iter", _PREF, "MADPOIter", ("madpo_iter", "madpo"), "preference", None, None),
-    ("marlhf_iter", _PREF, "MARLHFIter", ("marlhf_iter", "marlhf"), "preference", None, None),
+# fixed team size, the estimator's model, config defaults, as a MARLHF backend
+for _name, _module, _class, _sections, _family, _agents, _estimator, _defaults, _backend in (
+    ("magrpo", _REINFORCE, "MAGRPO", ("magrpo",), "reinforce", None, "magrpo", {}, "group"),
+    ("mareinforce", _REINFORCE, "MAREINFORCE", ("mareinforce", "magrpo"), "reinforce", None, "magrpo", {"advantage_mode": "raw"}, "group"),
+    ("marloo", _REINFORCE, "MARLOO", ("marloo", "magrpo"), "reinforce", None, "magrpo", {"advantage_mode": "rloo"}, "group"),
+    ("maremax", _REINFORCE, "MAReMax", ("maremax", "magrpo"), "reinforce", None, "magrpo", {"advantage_mode": "max"}, "group"),
+    ("iac", _AC, "IAC", ("iac",), "actor_critic", None, "iac", {}, "actor_critic"),
+    ("maac", _AC, "MAAC", ("maac",), "actor_critic", None, "maac", {}, "actor_critic"),
+    ("madpo", _PREF, "MADPO", ("madpo",), "preference", None, "madpo", {}, None),
+    ("marlhf", _PREF, "MARLHF", ("marlhf",), "preference", None, "marlhf", {}, None),
+    ("madpo_iter", _PREF, "MADPOIter", ("madpo_iter", "madpo"), "preference", None, None, {}, None),
+    ("marlhf_iter", _PREF, "MARLHFIter", ("marlhf_iter", "marlhf"), "preference", None, None, {}, None),
     # the single-agent baselines, named as the task repositories name them
-    ("grpo", _REINFORCE, "MAGRPO", ("grpo",), "reinforce", 1, "magrpo"),
-    ("ac", _AC, "IAC", ("ac",), "actor_critic", 1, "iac"),
+    ("grpo", _REINFORCE, "MAGRPO", ("grpo",), "reinforce", 1, "magrpo", {}, None),
+    ("ac", _AC, "IAC", ("ac",), "actor_critic", 1, "iac", {}, None),
 ):
     register_algorithm(_name, trainer=f"{_module}:{_class}Trainer", config=f"{_module}:{_class}Config", family=_family,
-                       sections=_sections, agents=_agents, estimator=_estimator)
-del _name, _module, _class, _sections, _family, _agents, _estimator
+                       sections=_sections, agents=_agents, estimator=_estimator, defaults=_defaults, display_name=_class,
+                       rl_backend=_backend)
+del _name, _module, _class, _sections, _family, _agents, _estimator, _defaults, _backend
+
+
+def algorithm_defaults(name: str) -> Mapping[str, Any]:
+    """The config defaults of the algorithm ``name`` (empty for an unknown name)."""
+    record = ALGORITHMS.get(name)
+    return record.defaults if record is not None else MappingProxyType({})
+
+
+def rl_backends() -> Dict[str, Algorithm]:
+    """The algorithms MARLHF can train with (``rl_algorithm``), by name."""
+    return {name: record for name, record in ALGORITHMS.items() if record.rl_backend is not None}
 
 
 def trains_critics(algorithm: Algorithm, config: object) -> bool:
@@ -231,7 +269,8 @@ def trains_critics(algorithm: Algorithm, config: object) -> bool:
     an actor-critic ``rl_algorithm``)."""
     if algorithm.family == "actor_critic":
         return True
-    return algorithm.family == "preference" and getattr(config, "rl_algorithm", None) in ("iac", "maac")
+    backend = ALGORITHMS.get(getattr(config, "rl_algorithm", None) or "") if algorithm.family == "preference" else None
+    return backend is not None and backend.rl_backend == "actor_critic"
 
 
 def algorithm_sections() -> set:

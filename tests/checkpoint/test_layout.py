@@ -153,14 +153,14 @@ def test_total_limit_prunes_only_this_runs_checkpoints(tiny_paths, dataset, tmp_
     trainer.train(checkpoint_dir=str(directory), checkpoint_steps=1, checkpoint_total_limit=2)
     names = sorted(os.listdir(directory))
     own = [n for n in names if n.startswith("checkpoint-") and (directory / n / "manifest.json").exists()
-           and read_checkpoint_metadata(str(directory / n))["run_id"] == trainer._checkpoint_run_id]
+           and read_checkpoint_metadata(str(directory / n))["run_id"] == trainer.run.checkpoints.run_id]
     # 10 saves (8 steps + 2 epoch ends, the taken names becoming checkpoint-1.v2 and checkpoint-step-6.v2);
     # the limit keeps the last two: step 8 and the end of epoch 2
     assert sorted(own) == ["checkpoint-2", "checkpoint-step-8"]
     assert set(names) - set(own) == {"notes", "checkpoint-best", "checkpoint-3.bak", "checkpoint-1", "checkpoint-step-6",
                                      f".checkpoint-2.{'f' * 32}.abc.staging"}
     assert (directory / "notes" / "todo.txt").read_text() == "keep me"
-    assert read_checkpoint_metadata(str(directory / "checkpoint-1"))["run_id"] == other._checkpoint_run_id
+    assert read_checkpoint_metadata(str(directory / "checkpoint-1"))["run_id"] == other.run.checkpoints.run_id
     with pytest.raises(CheckpointError, match="checkpoints of 2 different runs"):
         latest_checkpoint(str(directory))
 

@@ -167,6 +167,6 @@ def test_parallel_training_mp_is_bit_identical_to_sequential(kind, tiny_paths, t
     if kind == "marlhf-iac":
         extra["critic_devices"] = ["cpu", "cpu"]
     parallel = make_preference(kind, tiny_paths, dataset, str(tmp_path / "b"), **extra)
-    assert parallel._workers.parallel
+    assert parallel.team.workers.parallel
     parallel.train()
     assert_same_run(expected, preference_summary(parallel))

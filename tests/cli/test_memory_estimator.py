@@ -168,7 +168,7 @@ def test_estimate_command(capsys, tiny_paths):
 
 def test_estimate_of_a_train_config_is_the_run_that_config_starts(capsys, tiny_paths):
     """``comlrl estimate --config`` estimates exactly the trainer config ``comlrl train`` would build."""
-    from comlrl.config.plan import plan_from_args
+    from comlrl.runplan.plan import plan_from_args
     from comlrl.cli.memory import estimate_from_config, published_key
 
     llama = tiny_paths["llama"]

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from comlrl.cli.main import main
-from comlrl.config.plan import bundled_configs
+from comlrl.runplan.plan import bundled_configs
 
 QWEN15, QWEN17, CODER, QWEN4 = "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen3-1.7B", "Qwen/Qwen2.5-Coder-3B", "Qwen/Qwen3-4B-Instruct-2507"
 HETERO = f'["{QWEN15}","{QWEN17}"]'

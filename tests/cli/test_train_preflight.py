@@ -126,6 +126,6 @@ def test_config_yaml_records_the_effective_output_dir(chat_models, tmp_path):
                  "output.verbose=false", "output.save_final_model=false"]) == 0
     saved = yaml.safe_load((run / "config.yaml").read_text())
     assert saved["output"]["base_dir"] == str(run)
-    from comlrl.config.plan import plan_from_args
+    from comlrl.runplan.plan import plan_from_args
 
     assert plan_from_args(str(run / "config.yaml")).run_dir == str(run)  # repeating it writes to the same place

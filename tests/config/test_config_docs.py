@@ -13,8 +13,8 @@ import pytest
 from tests.helpers.common import REPO_ROOT
 
 from comlrl.trainers.actor_critic import IACConfig, MAACConfig
-from comlrl.trainers.config_base import ConfigFieldError
-from comlrl.trainers.field_docs import describe
+from comlrl.config.base import ConfigFieldError
+from comlrl.config.docs import describe
 from comlrl.trainers.reinforce import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
 
 ROOT = REPO_ROOT

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl.config.overrides import apply_overrides, as_text, parse_override, parse_value
+from comlrl.runplan.overrides import apply_overrides, as_text, parse_override, parse_value
 
 # (text after the shell, parsed key, parsed value)
 TABLE = [

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from comlrl.core.losses import value_loss
+from comlrl.core.value_loss import value_loss
 from comlrl.core.returns import td_targets
 from comlrl.models.value_head import CausalLMWithValueHead, ValueHead
 from comlrl.rollout.batch import build_sequence_batch

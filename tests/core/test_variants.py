@@ -1,4 +1,4 @@
-"""The learning variants' pure maths (comlrl.core.policy_losses, comlrl.core.credit, the registries),
+"""The learning variants' pure maths (comlrl.core.policy_loss, comlrl.core.credit, the registries),
 each checked against numbers worked by hand in the comment beside them."""
 
 import math
@@ -10,6 +10,7 @@ from torch.testing import assert_close
 from comlrl.core import (
     PolicyLossInputs,
     advantage_names,
+    compute_policy_loss,
     counterfactual_advantages,
     get_advantage,
     get_policy_loss,
@@ -32,9 +33,13 @@ ADV = torch.tensor([2.0, -1.0])
 W = torch.tensor([0.5, 0.5])
 
 
+def _loss(name, inputs):
+    return compute_policy_loss(inputs, get_policy_loss(name))
+
+
 def _run(name, **extra):
     lp = torch.tensor(LP, requires_grad=True)
-    out = get_policy_loss(name)(PolicyLossInputs(lp, MASK, ADV, W, **extra))
+    out = _loss(name, PolicyLossInputs(lp, MASK, ADV, W, **extra))
     out.loss.backward()
     return out, lp.grad
 
@@ -64,16 +69,29 @@ def test_a_registered_estimator_is_found_by_name():
     assert_close(get_advantage("test_half_mean")(torch.tensor([1.0, 3.0])), torch.tensor([-0.5, 0.5]))
 
 
-def test_sequence_sum_is_policy_gradient_loss_bit_for_bit():
+def _loss_of_1_4_3(lp, old, stale, eps):
+    """CoMLRL 1.4.3's MAGRPO loss as it wrote it: ``-(A * w) * sum_t log pi`` on fresh rows, the summed
+    clipped surrogate on stale ones."""
+    adv = ADV.unsqueeze(-1)
+    ratio = torch.exp(lp - old)
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - eps, 1 + eps) * adv)
+    fresh = -((lp * MASK).sum(-1) * ADV * W * ~stale).sum()
+    return fresh - (surrogate * MASK * (W * stale).unsqueeze(-1)).sum()
+
+
+def test_sequence_sum_takes_the_1_4_3_gradient_bit_for_bit():
+    """The one surrogate with the "none" normaliser gives 1.4.3's gradient exactly (the loss value
+    may round differently: it sums the same products in another order)."""
     a = torch.tensor(LP, requires_grad=True)
     b = torch.tensor(LP, requires_grad=True)
     old = torch.tensor(LP) - 0.1
     stale = torch.tensor([True, False])
-    ref = policy_gradient_loss(a, MASK, ADV, W, old_token_logprobs=old, clip_range=0.2, importance_rows=stale)
-    out = get_policy_loss("sequence_sum")(PolicyLossInputs(b, MASK, ADV, W, old, stale, clip_low=0.2))
-    ref.loss.backward()
+    ref = _loss_of_1_4_3(a, old, stale, 0.2)
+    out = policy_gradient_loss(b, MASK, ADV, W, old_token_logprobs=old, clip_range=0.2, importance_rows=stale)
+    ref.backward()
     out.loss.backward()
-    assert torch.equal(ref.loss, out.loss) and torch.equal(a.grad, b.grad)
+    assert torch.equal(a.grad, b.grad)
+    assert_close(out.loss, ref.detach(), rtol=0, atol=4 * torch.finfo(torch.float32).eps * float(ref.detach().abs()))
 
 
 def test_grpo_per_sequence_mean():
@@ -95,7 +113,7 @@ def test_dr_grpo_constant_normaliser():
 def test_dapo_token_mean_over_the_step():
     # 5 tokens in 2 rows: T_B = 2.5; loss = -(0.5 * (2 * -6) + 0.5 * (-1 * -2)) / 2.5 = 2.0
     # = -(sum over all tokens of A * lp) / 5 = -(-12 + 2) / 5: every token weighs 1/5
-    out, grad = _run("dapo", batch_tokens=2.5)
+    out, grad = _run("dapo", step_tokens=2.5)
     assert_close(out.loss, torch.tensor(2.0))
     assert_close(grad, torch.tensor([[-0.4, -0.4, -0.4], [0.2, 0.2, 0.0]]))
 
@@ -106,20 +124,22 @@ def test_bnpo_normalises_by_its_own_micro_batch():
     assert_close(out.loss, torch.tensor(2.0))
     # row 0 alone (weight 0.5): T = 3, loss = -(0.5 * 2 * -6) / 3 = 2.0; row 1 alone: -(0.5 * 2) / 2 = -0.5
     lp = torch.tensor(LP)
-    one = get_policy_loss("bnpo")(PolicyLossInputs(lp[:1], MASK[:1], ADV[:1], W[:1]))
-    two = get_policy_loss("bnpo")(PolicyLossInputs(lp[1:], MASK[1:], ADV[1:], W[1:]))
+    one = _loss("bnpo", PolicyLossInputs(lp[:1], MASK[:1], ADV[:1], W[:1]))
+    two = _loss("bnpo", PolicyLossInputs(lp[1:], MASK[1:], ADV[1:], W[1:]))
     assert_close(one.loss, torch.tensor(2.0))
     assert_close(two.loss, torch.tensor(-0.5))
 
 
-def test_dapo_clip_higher():
+@pytest.mark.parametrize("name", ["dapo", "sequence_sum"])
+def test_clip_higher(name):
+    """One surrogate for every loss: the upper clip is the same in DAPO and in 1.4.3's sequence_sum."""
     # one stale token, ratio exp(0 - log(1/1.5)) = 1.5, A = +1
     def loss(clip_high):
         lp = torch.zeros(1, 1, requires_grad=True)
         old = torch.full((1, 1), math.log(1 / 1.5))
         x = PolicyLossInputs(lp, torch.ones(1, 1), torch.tensor([1.0]), torch.tensor([1.0]), old, torch.tensor([True]),
-                             clip_low=0.2, clip_high=clip_high, batch_tokens=1.0)
-        out = get_policy_loss("dapo")(x)
+                             clip_low=0.2, clip_high=clip_high, step_tokens=1.0)
+        out = _loss(name, x)
         out.loss.backward()
         return out, lp.grad
 
@@ -143,7 +163,7 @@ def test_gspo_sequence_ratio():
     lp = torch.zeros(1, 2, requires_grad=True)
     old = torch.tensor([[-0.1, -0.3]])
     x = PolicyLossInputs(lp, torch.ones(1, 2), torch.tensor([-1.0]), torch.tensor([1.0]), old, torch.tensor([True]), clip_low=0.2)
-    out = get_policy_loss("gspo")(x)
+    out = _loss("gspo", x)
     out.loss.backward()
     # A = -1: min(-1.2214, -1.2) = -1.2214 (unclipped side), loss = s; d s / d lp_t = s / 2 = 0.61070
     assert_close(out.loss, torch.tensor(math.exp(0.2)))

@@ -79,8 +79,8 @@ def _adapters_after_one_epoch(paths, dataset, parallel):
     trainer = MAGRPOTrainer(agent_model=paths["llama"], num_agents=2, reward_func=length_ratio, train_dataset=dataset,
                             args=args(rollout_buffer_size=2, train_batch_size=1, **extra), peft_config=lora(init=False))
     completions = []
-    original = trainer._record_tree_signal
-    trainer._record_tree_signal = lambda tree, result: completions.append(
+    original = trainer.step.record_tree_signal
+    trainer.step.record_tree_signal = lambda tree, result: completions.append(
         [s.completion_ids for s in result.samples]) or original(tree, result)
     trainer.train()
     state = [{k: v.detach().clone() for k, v in agent.state_dict().items()} for agent in trainer.agents]

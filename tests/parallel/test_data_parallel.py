@@ -98,7 +98,7 @@ def test_a_distributed_checkpoint_resumes_exactly_and_refuses_another_world_size
 def pretend_two_ranks(trainer):
     from comlrl.parallel.data_parallel import DataParallel
 
-    trainer._dist = DataParallel(rank=0, world_size=2, local_rank=0)
+    trainer.team.dist = DataParallel(rank=0, world_size=2, local_rank=0)
     return trainer
 
 

@@ -82,7 +82,7 @@ def test_a_sharded_checkpoint_has_the_unsharded_layout_and_resumes_exactly(tiny_
     # parameter group per optimizer) accepts every model and optimizer file of the checkpoint.
     seed_everything(0)
     plain = magrpo(tiny_paths, str(tmp_path / "plain"), output_dir=None, max_grad_norm=1.0, reference_kl_enabled=True)
-    components = plain._checkpoint_components()
+    components = plain.run.contents.checkpoint_components()
     manifest = dict(manifest, states=sorted(components.states))  # without the per-rank buffers of 2 processes
     plan = LoadPlan(str(folder), manifest, components)
     validate_components(plan)  # tensor names, shapes, dtypes, classes; optimizer groups and moments
@@ -109,7 +109,7 @@ def test_fsdp_in_one_process_warns_and_trains_unsharded(tiny_paths):
         trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], reward_func=lambda c: [float(len(x)) for x in c],
                                 args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS[:2]}))
     trainer.train()
-    assert trainer.env_step > 0 and trainer._sharding is None
+    assert trainer.env_step > 0 and trainer.team.sharding is None
     assert trainer.policies[0].optimizer.in_backward  # the schedule of an unsharded run
 
 

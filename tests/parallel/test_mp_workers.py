@@ -40,8 +40,8 @@ def run_ac(paths, cls, config_cls, parallel, **config):
 
 
 def ac_summary(trainer):
-    trainer.optimizers = list(trainer.named_optimizers().values())  # run_summary reads .optimizers
     summary = run_summary(trainer)
+    summary["optimizers"] = [opt.state_dict() for opt in trainer.named_optimizers().values()]  # critics' too
     summary["critics"] = [p.detach().clone() for c in trainer.critics for p in c.parameters()]
     return summary
 
@@ -49,7 +49,7 @@ def ac_summary(trainer):
 def test_magrpo_mp_is_bit_identical_to_sequential(tiny_paths):
     sequential = run_magrpo(tiny_paths, parallel=False)
     parallel = run_magrpo(tiny_paths, parallel=True)
-    assert parallel._workers.parallel and not sequential._workers.parallel
+    assert parallel.team.workers.parallel and not sequential.team.workers.parallel
     assert_same_run(run_summary(sequential), run_summary(parallel))
 
 

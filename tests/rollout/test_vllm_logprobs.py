@@ -56,7 +56,7 @@ def test_train_settings_the_engine_cannot_take_are_refused_before_the_first_step
     engines = _truncating_engines(monkeypatch, offset=0.0)
     trainer = MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=1, reward_func=length_ratio_one,
                             train_dataset=prompts_dataset.select(range(2)), args=vllm_args(num_agents=1))
-    monkeypatch.setattr(trainer, "_train_step", lambda *a, **k: pytest.fail("a training step started"))
+    monkeypatch.setattr(trainer.step, "train_step", lambda *a, **k: pytest.fail("a training step started"))
     with pytest.raises(ValueError, match=r"generation_backend='vllm' does not forward train\(\) generation settings \['use_cache'\]"):
         trainer.train(use_cache=False)
     assert trainer.env_step == 0 and all(not e.requests for e in engines)

@@ -182,7 +182,7 @@ def cli_overrides():
 def test_comlrl_train_config_files_and_dry_run_hold_no_secret(tmp_path, monkeypatch, capsys):
     from comlrl.cli import train as train_cli
     from comlrl.cli.main import main
-    from comlrl.config.plan import plan_from_args
+    from comlrl.runplan.plan import plan_from_args
 
     overrides, run_dir = [*cli_overrides(), "dataset.offline=true"], str(tmp_path / "run")
     assert main(["train", "--config", "madpo_iter_che_config.yaml", "--dry-run", "--output-dir", run_dir,

@@ -50,8 +50,8 @@ def test_a_tied_group_has_zero_advantages_and_a_kl_loss_of_coef_scale(tiny_paths
         pol = completion_logprobs(model, tokenizer, PROMPTS[:1], ids)
         ref = completion_logprobs(reference, tokenizer, PROMPTS[:1], ids)
         seen = []
-        original = trainer._policy_step
-        trainer._policy_step = lambda agent, batch: seen.extend(batch) or original(agent, batch)
+        original = trainer.step.policy_step
+        trainer.step.policy_step = lambda agent, batch: seen.extend(batch) or original(agent, batch)
         trainer.train()
         row = trainer.log_history[-1]
         assert row["agent_0/advantage_std"] == 0.0

@@ -98,7 +98,7 @@ def test_magrpo_stale_buffer_is_clipped_and_the_fresh_one_is_not(tiny_paths):
 def test_the_kl_loss_of_a_stale_buffer_is_importance_weighted_and_a_fresh_one_is_not(tiny_paths, monkeypatch):
     """reference_kl_mode="loss" over two buffers per generate call: the first (fresh) buffer's KL term
     takes no weights, the second's takes the stale rows' truncated ratios pi / pi_old (not all 1)."""
-    import comlrl.trainers.policy as policy
+    import comlrl.trainers.update as policy
 
     seen = []
     original = policy.k2_token_kl_loss

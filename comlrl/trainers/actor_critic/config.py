@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, FrozenSet, Optional
 
-from comlrl.trainers.config_base import (
+from comlrl.config import (
     RESUMABLE_RUN_FIELDS,
     RolloutFields,
     normalize_parallel_training,

@@ -17,7 +17,7 @@ from typing import Callable, ContextManager, Dict, List, Optional, Sequence, Tup
 import torch
 
 from comlrl.core.advantages import normalize_flat
-from comlrl.core.losses import value_loss
+from comlrl.core.value_loss import value_loss
 from comlrl.models.gradient_checkpointing import scoring_mode
 from comlrl.models.value_head import CausalLMWithValueHead, ValueHead, head_values
 from comlrl.rollout.batch import SequenceBatch, left_pad, position_ids_from_mask

@@ -16,8 +16,9 @@ import torch
 from comlrl.core.registry import advantage_names
 from comlrl.core.preference import PAIR_SELECTIONS
 from comlrl.trainers.actor_critic.config import CRITIC_TYPES, validate_q_groups
-from comlrl.trainers.reinforce.config import LearningVariantFields
-from comlrl.trainers.config_base import (
+from comlrl.trainers.registry import rl_backends
+from comlrl.trainers.reinforce.config import LearningVariantFields, MAGRPOConfig
+from comlrl.config import (
     RESUMABLE_RUN_FIELDS,
     RolloutFields,
     normalize_parallel_training,
@@ -30,10 +31,16 @@ from comlrl.trainers.config_base import (
 )
 
 COLLABORATION_MODES = ("decentralized", "centralized")
-GROUP_RL_ALGORITHMS = {"magrpo": "mean", "mareinforce": "raw", "maremax": "max", "marloo": "rloo"}
-ACTOR_CRITIC_ALGORITHMS = ("maac", "iac")
-RL_ALGORITHMS = tuple(GROUP_RL_ALGORITHMS) + ACTOR_CRITIC_ALGORITHMS
 RL_ALGORITHM_ALIASES = {"mareforce": "mareinforce"}
+
+
+def group_baseline(algorithm: str) -> Optional[str]:
+    """The ``advantage_mode`` of a "group" RL backend (its record's default, else MAGRPO's); None for
+    an actor-critic backend. The backends are the algorithm records with ``rl_backend`` set."""
+    record = rl_backends()[algorithm]
+    if record.rl_backend != "group":
+        return None
+    return record.defaults.get("advantage_mode", MAGRPOConfig.advantage_mode)
 
 RESUMABLE_FIELDS = RESUMABLE_RUN_FIELDS
 
@@ -242,14 +249,14 @@ class MARLHFConfig(MADPOConfig, LearningVariantFields):
         super().__post_init__()
         self._validate_variants()
         changed = [f.name for f in dataclasses.fields(LearningVariantFields) if getattr(self, f.name) != f.default]
-        if changed and self.rl_algorithm in ACTOR_CRITIC_ALGORITHMS:
+        if changed and self.uses_actor_critic:
             raise ValueError(f"{', '.join(changed)}: the MAGRPO-family learning variants need rl_algorithm magrpo, mareinforce, "
                              f"marloo or maremax, not {self.rl_algorithm!r}; leave them at their defaults for an actor-critic backend.")
 
     def _validate_preference(self) -> None:
         super()._validate_preference()
-        canonical = require_choice(self, "rl_algorithm", RL_ALGORITHMS, RL_ALGORITHM_ALIASES)
-        minimum = 1 if canonical in ACTOR_CRITIC_ALGORITHMS else 2
+        canonical = require_choice(self, "rl_algorithm", tuple(rl_backends()), RL_ALGORITHM_ALIASES)
+        minimum = 1 if self.uses_actor_critic else 2
         if isinstance(self.num_generations, bool) or not isinstance(self.num_generations, int) or self.num_generations < minimum:
             why = "the group baseline needs at least two samples per prompt" if minimum == 2 else "at least one sample"
             raise ValueError(f"num_generations must be >= {minimum} for rl_algorithm={canonical!r} ({why}). Got {self.num_generations!r}.")
@@ -263,14 +270,14 @@ class MARLHFConfig(MADPOConfig, LearningVariantFields):
         if not isinstance(self.reward_freeze_backbone, bool):
             raise ValueError(f"reward_freeze_backbone must be True or False. Got {self.reward_freeze_backbone!r}.")
         self._validate_critic_fields()
-        if canonical in ACTOR_CRITIC_ALGORITHMS:
+        if self.uses_actor_critic:
             validate_q_groups(self)
         self._refuse_other_backends_fields(canonical)
         self._follow_rl_algorithm(canonical)
 
     def _refuse_other_backends_fields(self, algorithm: str) -> None:
         """A field set explicitly that the chosen RL backend never reads is an error, not ignored."""
-        if algorithm in ACTOR_CRITIC_ALGORITHMS:
+        if self.uses_actor_critic:
             unused = set(GROUP_BACKEND_FIELDS) | (set(IAC_BACKEND_FIELDS) if algorithm == "maac" else set())
         else:
             unused = set(ACTOR_CRITIC_BACKEND_FIELDS) | set(IAC_BACKEND_FIELDS)
@@ -310,14 +317,14 @@ class MARLHFConfig(MADPOConfig, LearningVariantFields):
 
     def _follow_rl_algorithm(self, algorithm: str) -> None:
         """The group baseline is the one ``rl_algorithm`` names; an explicit other one is an error."""
-        if algorithm not in GROUP_RL_ALGORITHMS:
+        mode = group_baseline(algorithm)
+        if mode is None:
             if self.is_explicit("advantage_mode"):
                 raise ValueError(
                     f"advantage_mode={self.advantage_mode!r} is not used by rl_algorithm={algorithm!r} (its advantages come "
                     f"from the critic); remove it."
                 )
             return
-        mode = GROUP_RL_ALGORITHMS[algorithm]
         if self.is_explicit("advantage_mode") and self.advantage_mode != mode:
             raise ValueError(
                 f"advantage_mode={self.advantage_mode!r} conflicts with rl_algorithm={algorithm!r}, whose baseline is "
@@ -328,4 +335,6 @@ class MARLHFConfig(MADPOConfig, LearningVariantFields):
 
     @property
     def uses_actor_critic(self) -> bool:
-        return self.rl_algorithm in ACTOR_CRITIC_ALGORITHMS
+        """Whether ``rl_algorithm`` is an actor-critic backend (its record's ``rl_backend``)."""
+        record = rl_backends().get(self.rl_algorithm)
+        return record is not None and record.rl_backend == "actor_critic"

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, FrozenSet, Optional, Tuple
 
 from comlrl.core.preference import COMPARISON_SELECTIONS, REPLAY_MODES
-from comlrl.trainers.config_base import require_choice, require_in_range, require_int_at_least
+from comlrl.config import require_choice, require_in_range, require_int_at_least
 from comlrl.trainers.preference.config import MADPOConfig, MARLHFConfig
 
 COMPARATOR_POLICIES = ("current", "current_copy", "model", "history", "api")

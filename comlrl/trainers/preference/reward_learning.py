@@ -7,6 +7,8 @@ Bradley-Terry on preference pairs, and use it, frozen, as an ordinary reward fun
   forward, loss ``mean -log sigmoid(s_w - s_l)``, one optimizer step per batch.
 - ``LearnedJointReward`` follows the reward calling convention (``f(*completions, prompts=,
   batch_items=)``), so the RL backends use it exactly like a task reward.
+- ``RewardLearning`` is MARLHF's part that holds all of it: the model, its tokenizer, device,
+  optimizer and scorer, the learned reward, the reward phase of a round, checkpoint state and export.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import torch
 
+from comlrl.checkpoint.state import CheckpointComponents
 from comlrl.core.preference import bradley_terry_loss
-from comlrl.models.reward_model import JointRewardModel, joint_text
-from comlrl.rollout.batch import left_pad, position_ids_from_mask
+from comlrl.models.reward_model import JointRewardModel, joint_text, load_reward_model, load_reward_tokenizer, save_reward_model
 from comlrl.parallel.devices import resolve_devices
+from comlrl.rollout.batch import left_pad, position_ids_from_mask
+from comlrl.rollout.rewards import RewardFunction
+from comlrl.telemetry.progress import library_bars
 from comlrl.trainers.optim import AgentOptimizer
 
 
@@ -168,3 +173,54 @@ class LearnedJointReward:
         count = len(completions[0]) if completions else 0
         texts = [joint_text(prompts, [agent[j] for agent in completions]) for j in range(count)]
         return self.scorer.score_texts(texts, self.chunk)
+
+
+class RewardLearning:
+    """MARLHF's joint reward model and its learning (see the module docstring). ``restart``: what runs
+    before each round's learning (MARLHFIter: back to the initial reward model)."""
+
+    def __init__(self, args: Any, run: Any, model: JointRewardModel, tokenizer: Any, device: torch.device, optimizer: AgentOptimizer,
+                 num_agents: int):
+        self.args = args
+        self.run = run
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = device
+        self.optimizer = optimizer
+        self.scorer = RewardScorer(model, tokenizer, device, args.reward_max_length)
+        self.learned_reward = RewardFunction(LearnedJointReward(self.scorer, args.update_micro_batch_size), num_agents)
+        self.restart: Callable[[], None] = lambda: None
+
+    @classmethod
+    def load(cls, args: Any, source: Any, model_config: Dict[str, Any], team: Any, num_agents: int, verbose: bool) -> "RewardLearning":
+        """Load the reward model of ``source`` (with its tokenizer) on ``reward_model_device`` and make its optimizer."""
+        device = resolve_reward_device(args.reward_model_device, team.devices[0])
+        tokenizer = load_reward_tokenizer(source)
+        with library_bars(verbose):
+            model = load_reward_model(source, model_config=model_config, device=device, freeze_backbone=args.reward_freeze_backbone)
+        optimizer = team.make_optimizer([p for p in model.parameters() if p.requires_grad], args.reward_learning_rate)
+        return cls(args, None, model, tokenizer, device, optimizer, num_agents)
+
+    def learn(self, pairs: Sequence[Any]) -> bool:
+        """Bradley-Terry training on ``pairs``' joint texts; the model is fixed afterwards."""
+        if not pairs:
+            return False
+        a, metrics = self.args, self.run.metrics
+        self.restart()
+        winners = [joint_text(p.prompts, p.winner_completions) for p in pairs]
+        losers = [joint_text(p.prompts, p.loser_completions) for p in pairs]
+        train_bradley_terry(self.scorer, self.optimizer, winners, losers, epochs=a.reward_num_train_epochs,
+                            batch_size=a.reward_train_batch_size, micro_batch_size=a.update_micro_batch_size, record=metrics.record)
+        self.optimizer.optimizer.state.clear()  # the reward model is fixed from here on: release its AdamW moments
+        self.model.eval()
+        metrics.flush(self.run.state.env_step, force=True)
+        return True
+
+    def add_checkpoint_state(self, components: CheckpointComponents) -> None:
+        components.add_models("reward_model", self.model)
+        components.add_optimizers("reward_optimizer", self.optimizer.optimizer)
+
+    def save(self, target: str, overwrite: bool, verbose: bool) -> None:
+        """``target``: the reward backbone, ``reward_head.pt`` and the reward tokenizer."""
+        with library_bars(verbose):
+            save_reward_model(target, self.model, self.tokenizer, overwrite)

@@ -7,7 +7,8 @@ from typing import ClassVar, FrozenSet, Optional
 
 from comlrl.core.credit import SCALE_REWARDS
 from comlrl.core.registry import advantage_names, policy_loss_names
-from comlrl.trainers.config_base import (
+from comlrl.trainers.registry import ALGORITHMS
+from comlrl.config import (
     RESUMABLE_RUN_FIELDS,
     ConfigBase,
     RolloutFields,
@@ -39,7 +40,7 @@ class LearningVariantFields(ConfigBase):
     importance ratio), or a name registered with ``comlrl.core.register_policy_loss``."""
     epsilon_high: Optional[float] = None
     """Upper clip of stale samples' importance ratio, ``1 + epsilon_high`` (DAPO's clip-higher; the lower
-    bound stays ``1 - importance_clip_range``). None: symmetric. Not with loss_type="sequence_sum"."""
+    bound stays ``1 - importance_clip_range``), with any loss_type. None: symmetric."""
     scale_rewards: str = "group"
     """What advantages are divided by when ``advantage_normalization`` is on: "group" (1.4.3: each
     group's std), "batch" (one std over the agent's groups of a turn in the drained buffer: Dr. MAS's
@@ -64,9 +65,6 @@ class LearningVariantFields(ConfigBase):
         for name in ("counterfactual_credit", "sequential_updates"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False. Got {getattr(self, name)!r}.")
-        if self.epsilon_high is not None and self.loss_type == "sequence_sum":
-            raise ValueError('epsilon_high needs a loss_type other than "sequence_sum" (e.g. loss_type="dapo"); '
-                             "the 1.4.3 loss clips symmetrically at importance_clip_range.")
         if self.epsilon_high is not None and self.importance_clip_range is None:
             raise ValueError("epsilon_high needs importance_clip_range (the lower clip bound); set both or neither.")
         if self.scale_rewards != "group" and not self.advantage_normalization:
@@ -159,22 +157,12 @@ class MAGRPOConfig(RolloutFields, LearningVariantFields):
         self._validate_variants()
 
 
-@dataclass
-class MAREINFORCEConfig(MAGRPOConfig):
-    """MAGRPO without a baseline: advantages are the returns themselves."""
-
-    advantage_mode: str = "raw"
-
-
-@dataclass
-class MARLOOConfig(MAGRPOConfig):
-    """MAGRPO with the leave-one-out baseline."""
-
-    advantage_mode: str = "rloo"
+def _baseline_variant(algorithm: str, doc: str) -> type:
+    """The 1.4.x config class of a MAGRPO-family record: MAGRPOConfig with the record's defaults."""
+    record = ALGORITHMS[algorithm]
+    return MAGRPOConfig.variant(f"{record.shown_name}Config", doc, __name__, record.defaults)
 
 
-@dataclass
-class MAReMaxConfig(MAGRPOConfig):
-    """MAGRPO with the group-max baseline."""
-
-    advantage_mode: str = "max"
+MAREINFORCEConfig = _baseline_variant("mareinforce", "MAGRPO without a baseline: advantages are the returns themselves.")
+MARLOOConfig = _baseline_variant("marloo", "MAGRPO with the leave-one-out baseline.")
+MAReMaxConfig = _baseline_variant("maremax", "MAGRPO with the group-max baseline.")

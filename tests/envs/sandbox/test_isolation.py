@@ -157,7 +157,7 @@ def test_a_job_directory_is_removed_even_when_immutable(tmp_path):
 
 def test_a_training_run_without_bubblewrap_stops_at_planning(tmp_path, monkeypatch, fresh_probe):
     """The refusal comes from the run plan (what --dry-run builds), before any model is resolved or loaded."""
-    from comlrl.config.plan import plan_from_args
+    from comlrl.runplan.plan import plan_from_args
 
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv(isolation.ISOLATION_ENV, raising=False)

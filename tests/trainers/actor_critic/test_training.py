@@ -84,7 +84,7 @@ def test_maac_heterogeneous_actors_and_central_critic(tiny_paths, toks, prompts_
         track_generate(agent.model)
     actors = [Calls(agent.model) for agent in trainer.agents]
     critic = Calls(trainer.critics[0].model.base_model)
-    critic_steps = count_steps(trainer._critic_optimizers[0])
+    critic_steps = count_steps(trainer.critic_set.optimizers[0])
     before = snapshots(trainer)
     trainer.train()
     assert_all_changed(trainer, before)
@@ -106,7 +106,7 @@ def test_iac_separate_critics_from_a_list(tiny_paths, toks, prompts_dataset, cri
         reward_func=length_ratio, args=IACConfig(**BASE, critic_type=critic_type), train_dataset=prompts_dataset,
     )
     critics = [Calls(c.model.base_model) for c in trainer.critics]
-    steps = [count_steps(o) for o in trainer._critic_optimizers]
+    steps = [count_steps(o) for o in trainer.critic_set.optimizers]
     before = snapshots(trainer)
     trainer.train()
     assert_all_changed(trainer, before)
@@ -252,7 +252,7 @@ def test_micro_batches_give_the_gradients_of_the_whole_minibatch(tiny_paths, pro
     shared = IACTrainer(agent_model=tiny_paths["llama"], reward_func=length_ratio,
                         args=IACConfig(**BASE, optimizer_in_backward=False, use_separate_critic=False, critic_type="q"))
     for t in (trainer, shared):
-        samples = t._collect(t._tree(num_generations=3).run([prompts_dataset[0], prompts_dataset[1]]), 3, training=True)
+        samples = t.step.collect(t.step.tree(t.task.reward, num_generations=3, greedy=False).run([prompts_dataset[0], prompts_dataset[1]]), training=True)
         agent0 = [s for item in samples for s in item if s.agent_idx == 0]
         for s in agent0:
             s.normalized_advantage = s.advantage
@@ -261,9 +261,9 @@ def test_micro_batches_give_the_gradients_of_the_whole_minibatch(tiny_paths, pro
             t.args.update_micro_batch_size = micro
             if t is trainer:  # the separate critic: 6 samples over 2 distinct prompts
                 run = lambda: critic_step_of(t, agent0)  # noqa: E731
-                results.append(captured_gradients(t._critic_optimizers[0], run))
+                results.append(captured_gradients(t.critic_set.optimizers[0], run))
             else:  # policy + value head of the same forward
-                results.append(captured_gradients(t.policies[0].optimizer, lambda: t._actor_step(0, agent0)))
+                results.append(captured_gradients(t.policies[0].optimizer, lambda: t.step.actor_step(0, agent0)))
         whole, micro = results
         assert whole.keys() == micro.keys() and any(g is not None for g in whole.values())
         for key in whole:
@@ -274,7 +274,7 @@ def test_micro_batches_give_the_gradients_of_the_whole_minibatch(tiny_paths, pro
 def critic_step_of(trainer, samples):
     from comlrl.trainers.actor_critic.updates import critic_step
 
-    return critic_step(trainer.critics[0], trainer._critic_optimizers[0], samples, pad_id=trainer._critic_pad_ids[0],
+    return critic_step(trainer.critics[0], trainer.critic_set.optimizers[0], samples, pad_id=trainer.critic_set.pad_ids[0],
                        coef=0.6, clip_range=0.2, micro_batch_size=trainer.args.update_micro_batch_size, label="test")
 
 
@@ -296,7 +296,7 @@ def test_q_critic_advantage_favours_the_better_action(tiny_paths, prompts_datase
         for sample in samples:
             sample.old_value = sample.reward.clone()
 
-    monkeypatch.setattr(trainer, "_assign_old_values", exact_q)
+    monkeypatch.setattr(trainer.step, "assign_old_values", exact_q)
     trainer.train()
     assert seen
     for sample in seen:

@@ -13,6 +13,7 @@ from tests.helpers.common import length_ratio
 
 from comlrl.rollout.generation import Completions
 from comlrl.trainers.preference import MADPOIterConfig, MADPOIterTrainer, MARLHFIterConfig, MARLHFIterTrainer
+from comlrl.trainers.preference.iterative import IterativeRounds
 from comlrl.trainers.preference.comparators import Comparator
 from comlrl.trainers.preference.replay import read_shard
 from comlrl.rollout.rewards import set_reward_range
@@ -87,10 +88,10 @@ def test_history_lag_is_k_rounds(tiny_paths, prompts_dataset, tmp_path, monkeypa
     """comparator_history_k=1: round r meets the policy that started round r-1 (the initial policy for r <= 2)."""
     trainer = madpo_iter(tiny_paths, prompts_dataset, tmp_path, comparator_policy="history", num_iterations=3)
     starts, used = [], []
-    original_collect, original_candidates = MADPOIterTrainer._collection_phase, Comparator.candidates
+    original_collect, original_candidates = IterativeRounds.collection_phase, Comparator.candidates
 
     def collect(self):
-        starts.append(next(iter(self.agents[0].parameters())).detach().clone())
+        starts.append(next(iter(self.run.team.agents[0].parameters())).detach().clone())
         original_collect(self)
 
     def candidates(self, *args):
@@ -98,7 +99,7 @@ def test_history_lag_is_k_rounds(tiny_paths, prompts_dataset, tmp_path, monkeypa
             used.append(next(iter(self.generators[0].model.parameters())).detach().clone())
         return original_candidates(self, *args)
 
-    monkeypatch.setattr(MADPOIterTrainer, "_collection_phase", collect)
+    monkeypatch.setattr(IterativeRounds, "collection_phase", collect)
     monkeypatch.setattr(Comparator, "candidates", candidates)
     trainer.train()
     assert len(starts) == 3
@@ -197,7 +198,7 @@ def test_wandb_gets_histograms(tiny_paths, prompts_dataset, tmp_path):
     trainer = madpo_iter(tiny_paths, prompts_dataset, tmp_path, reward=ranged_reward(), log_reward_distribution=True, num_iterations=1,
                          output_dir=str(tmp_path / "run"))
     logged = []
-    trainer._wandb = SimpleNamespace(run=SimpleNamespace(log=lambda row, step: logged.append(row)))
+    trainer.run.reporting.wandb = SimpleNamespace(run=SimpleNamespace(log=lambda row, step: logged.append(row)))
     trainer.train()
     import wandb
 
@@ -233,7 +234,7 @@ def test_marlhf_iter_restarts_reward_learning_and_keeps_the_engine(tiny_paths, p
         args=MARLHFIterConfig(**BASE, num_generations=2, num_train_epochs=1, reward_model_device=None, rl_algorithm="maac",
                               reward_freeze_backbone=True, preference_replay_dir=str(tmp_path / "replay")),
     )
-    engine, critic, optimizer = trainer._rl.engine, trainer.critics[0], trainer._rl.engine.critic_optimizer
+    engine, critic, optimizer = trainer.run.step, trainer.critics[0], trainer.critic_set.optimizers[0].optimizer
     initial_head = trainer.reward_model.reward_head.weight.detach().clone()
     heads = []
     original = MARLHFIterTrainer._restart_reward_learning
@@ -245,7 +246,7 @@ def test_marlhf_iter_restarts_reward_learning_and_keeps_the_engine(tiny_paths, p
     monkeypatch.setattr(MARLHFIterTrainer, "_restart_reward_learning", restart)
     trainer.train()
     assert len(heads) == 2 and all(torch.equal(h, initial_head) for h in heads)  # every round starts from the initial head
-    assert trainer._rl.engine is engine and trainer.critics[0] is critic and engine.critic_optimizer is optimizer
+    assert trainer.run.step is engine and trainer.critics[0] is critic and trainer.critic_set.optimizers[0].optimizer is optimizer
     assert len(optimizer.state) > 0  # the critic's AdamW moments survived the rounds
 
 

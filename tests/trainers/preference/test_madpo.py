@@ -53,20 +53,20 @@ def test_one_update_forward_layout(tiny_paths, prompts_dataset):
     trainer.train()  # collect pairs
     pairs = trainer.preference_pairs[:2]
     forwards = [count(agent, "forward") for agent in trainer.agents]
-    trainer._madpo_update(pairs)
+    trainer.step.update(pairs)
     # both agents on the CPU: one graph at a time. Agent 1's margins first without gradient (for
     # agent 0's step), then one forward with gradient per agent over winners and losers (4 rows)
-    assert not trainer._joint_backward(pairs)
+    assert not trainer.step.joint_backward(pairs)
     assert forwards[0] == [(4, True)] and forwards[1] == [(4, False), (4, True)]
     # agents on devices of their own: one forward with gradient each, one joint backward
     joint = make(tiny_paths, prompts_dataset, train_batch_size=2)
-    joint._joint_backward = lambda _pairs: True
+    joint.step.joint_backward = lambda _pairs: True
     forwards = [count(agent, "forward") for agent in joint.agents]
-    joint._madpo_update(pairs)
+    joint.step.update(pairs)
     assert forwards == [[(4, True)], [(4, True)]]
     micro = make(tiny_paths, prompts_dataset, train_batch_size=2, update_micro_batch_size=1)
     forwards = [count(agent, "forward") for agent in micro.agents]
-    micro._madpo_update(pairs)
+    micro.step.update(pairs)
     # micro-batches: agent 1's margins first without gradient (for agent 0's step), then each agent
     # one forward with gradient per micro-batch (1 pair -> 2 rows)
     assert forwards[0] == [(2, True), (2, True)]
@@ -83,8 +83,8 @@ def test_joint_and_micro_batched_updates_agree(tiny_paths, prompts_dataset):
     for joint in (True, False):
         seeded = make(tiny_paths, prompts_dataset, train_batch_size=2, update_micro_batch_size=None if joint else 1,
                       agent_learning_rate=5e-3)
-        seeded._joint_backward = lambda _pairs, _joint=joint: _joint
-        metrics = seeded._madpo_update(pairs)
+        seeded.step.joint_backward = lambda _pairs, _joint=joint: _joint
+        metrics = seeded.step.update(pairs)
         results.append(([snapshot(a) for a in seeded.agents], metrics))
     (joint, m_joint), (micro, m_micro) = results
     for a, b in zip(joint, micro):
@@ -105,9 +105,9 @@ def _pair(trainer, texts=("aaa", "b")):
 def test_a_step_raises_every_agents_winner_margin(tiny_paths, prompts_dataset):
     trainer = make(tiny_paths, prompts_dataset, agent_learning_rate=5e-3)
     pairs = [_pair(trainer), _pair(trainer, ("a story of towers", "x"))]
-    before = [trainer._pair_margins(i, pairs) for i in range(2)]
-    metrics = trainer._madpo_update(pairs)
-    after = [trainer._pair_margins(i, pairs) for i in range(2)]
+    before = [trainer.step.pair_margins(i, pairs) for i in range(2)]
+    metrics = trainer.step.update(pairs)
+    after = [trainer.step.pair_margins(i, pairs) for i in range(2)]
     for i in range(2):
         assert bool((after[i] > before[i]).all()), (i, before[i], after[i])
         assert metrics[f"agent_{i}/logp_margin"] == pytest.approx(float(before[i].mean()), abs=1e-4)
@@ -119,10 +119,10 @@ def test_a_step_raises_every_agents_winner_margin(tiny_paths, prompts_dataset):
 def test_every_completion_token_counts_eos_included(tiny_paths, prompts_dataset):
     trainer = make(tiny_paths, prompts_dataset)
     pair = _pair(trainer)
-    with_eos = trainer._pair_margins(0, [pair])
+    with_eos = trainer.step.pair_margins(0, [pair])
     t = pair.agent_tensors[0]
     pair.agent_tensors[0] = AgentPreferenceTensors(t.prompt_input_ids, t.winner_completion_ids[:-1], t.loser_completion_ids)
-    assert float(trainer._pair_margins(0, [pair])) != float(with_eos)  # the winner's EOS is scored
+    assert float(trainer.step.pair_margins(0, [pair])) != float(with_eos)  # the winner's EOS is scored
 
 
 def test_training_end_to_end(tiny_paths, prompts_dataset):
@@ -155,7 +155,7 @@ def test_a_nan_loss_raises(tiny_paths, prompts_dataset):
         for p in trainer.agents[0].parameters():
             p.fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="MADPO agent 0"):
-        trainer._madpo_update([_pair(trainer)])
+        trainer.step.update([_pair(trainer)])
 
 
 def test_evaluation_counts_updates(tiny_paths, prompts_dataset):

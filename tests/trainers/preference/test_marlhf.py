@@ -7,7 +7,7 @@ import torch
 from tests.helpers.common import changed, length_ratio, snapshot
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from comlrl.core.losses import sequence_logprobs
+from comlrl.core.logprobs import sequence_logprobs
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.preference import MARLHFConfig, MARLHFTrainer
@@ -42,7 +42,7 @@ def test_every_backend_trains_agents_and_reward_head(tiny_paths, prompts_dataset
 
 def learned_prefers_length(trainer):
     """Make the learned reward prefer longer joint texts (its scorer is replaced, the path is kept)."""
-    trainer._reward_scorer.score_texts = lambda texts, chunk=None: [float(len(t)) for t in texts]
+    trainer.reward_learning.scorer.score_texts = lambda texts, chunk=None: [float(len(t)) for t in texts]
 
 
 def capture_samples(trainer):
@@ -76,7 +76,7 @@ def test_each_backend_moves_toward_what_the_learned_reward_prefers(tiny_paths, p
     frozen = [type(p.model)(p.model.config) for p in trainer.policies]
     for f, p in zip(frozen, trainer.policies):
         f.load_state_dict(p.model.state_dict())
-    trainer._train_step([prompts_dataset[0]])
+    trainer.run.step.train_step([prompts_dataset[0]])
     (p0, out0), (p1, out1) = seen[:2]
     prompts = [trainer.formatters[i](prompts_dataset[0]) for i in range(2)]
     scores = trainer.learned_reward.score([out0.texts, out1.texts], prompts, {})
@@ -97,7 +97,7 @@ def test_evaluation_uses_the_task_reward(tiny_paths, prompts_dataset):
 
     trainer = make(tiny_paths, prompts_dataset, reward=task, eval_num_samples=2)
     trainer.eval_dataset = prompts_dataset
-    trainer._reward_scorer.score_texts = lambda *a, **k: pytest.fail("evaluation must not use the learned reward")
+    trainer.reward_learning.scorer.score_texts = lambda *a, **k: pytest.fail("evaluation must not use the learned reward")
     before = len(calls)
     metrics = trainer.evaluate()
     assert len(calls) > before and "eval/turn_1/reward_mean" in metrics
@@ -141,14 +141,14 @@ def test_save_model_exports_the_reward_model_and_it_loads_back(tiny_paths, promp
     assert sorted(os.listdir(out)) == ["agent_0", "agent_1", "reward_model"]
     again = make(tiny_paths, prompts_dataset, reward_model_name=os.path.join(out, "reward_model"))
     texts = ["Joint multi-agent response\n\nAgent 1 prompt:\nx"]
-    assert again._reward_scorer.score_texts(texts) == pytest.approx(trainer._reward_scorer.score_texts(texts), abs=1e-6)
+    assert again.reward_learning.scorer.score_texts(texts) == pytest.approx(trainer.reward_learning.scorer.score_texts(texts), abs=1e-6)
     with pytest.raises(FileExistsError):
         trainer.save_model(out)
 
 
 def test_actor_critic_engine_shares_agents_and_keeps_one_optimizer_per_agent(tiny_paths, prompts_dataset):
     trainer = make(tiny_paths, prompts_dataset, rl_algorithm="iac", use_separate_critic=False)
-    engine = trainer._rl.engine
-    assert [a.model for a in engine.agents] == trainer.agents  # the same model objects
-    assert trainer.optimizers == engine.agent_optimizers and trainer.critics == []
-    assert all(a.value_head is not None for a in engine.agents)
+    engine = trainer.run.step  # the actor-critic step, over actors that wrap the trainer's own models
+    assert [a.model for a in engine.team.agents] == trainer.agents  # the same model objects
+    assert trainer.optimizers == engine.team.optimizers and trainer.critics == []
+    assert all(a.value_head is not None for a in engine.team.agents)

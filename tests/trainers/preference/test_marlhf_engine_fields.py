@@ -2,14 +2,13 @@
 field either reaches the engine with its value, is set by the trainer for a stated reason, or is
 preference-only. Fields the chosen backend never reads are refused when set explicitly."""
 
-from types import SimpleNamespace
 
 import pytest
 
 from comlrl.trainers.actor_critic import IACConfig, MAACConfig
-from comlrl.trainers.preference import MARLHFConfig, MARLHFTrainer
+from comlrl.trainers.preference import MARLHFConfig
 from comlrl.trainers.preference.config import IAC_BACKEND_FIELDS
-from comlrl.trainers.preference.marlhf import ENGINE_SET_FIELDS, PREFERENCE_ONLY_FIELDS, engine_fields
+from comlrl.trainers.preference.marlhf import ENGINE_SET_FIELDS, PREFERENCE_ONLY_FIELDS, actor_critic_config, engine_fields
 
 # settings of round 2 that the hand-kept list used to drop, with non-default values
 ROUND_TWO = dict(precision="bf16-mixed", gradient_checkpointing=True, optimizer="adamw_8bit", generation_backend="vllm",
@@ -25,8 +24,8 @@ def test_every_field_reaches_the_engine_or_is_accounted_for(algorithm, engine_cl
     assert not passed & PREFERENCE_ONLY_FIELDS and not ENGINE_SET_FIELDS - set(engine_cls.field_names())
 
     args = MARLHFConfig(rl_algorithm=algorithm, num_agents=2, critic_learning_rate=3e-4, max_new_tokens=7, **ROUND_TWO)
-    cls, engine_args = MARLHFTrainer._actor_critic_args(SimpleNamespace(args=args, num_agents=2))
-    assert cls.default_config_cls is engine_cls
+    record, engine_args = actor_critic_config(args, 2, args.precision)
+    assert record.config_class() is engine_cls and type(engine_args) is engine_cls
     for name in passed:
         assert getattr(engine_args, name) == getattr(args, name), name
     for name, value in ROUND_TWO.items():

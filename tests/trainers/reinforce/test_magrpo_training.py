@@ -224,7 +224,7 @@ def test_stale_groups_are_importance_weighted(tiny_paths, prompts_dataset):
 def test_on_policy_runs_take_the_plain_policy_gradient(tiny_paths, prompts_dataset, monkeypatch):
     """One buffer per step, single turn, one minibatch: no group is ever stale, and the run is
     bit-identical to one whose staleness check is switched off (the on-policy update of old)."""
-    import comlrl.trainers.reinforce.magrpo as magrpo_module
+    import comlrl.trainers.update as update_module
 
     def run():
         trainer = trainer_for(tiny_paths, prompts_dataset, rollout_buffer_size=2, logging_steps=1)
@@ -235,12 +235,12 @@ def test_on_policy_runs_take_the_plain_policy_gradient(tiny_paths, prompts_datas
 
     normal = run()
     assert all(r.get("agent_0/stale_fraction", 0.0) == 0.0 for r in normal.log_history)
-    original = magrpo_module.PolicyRows.add
+    original = update_module.PolicyRows.add
 
     def never_stale(self, prompt, completion, advantage, weight, old=None, stale=False, reference=None):
         original(self, prompt, completion, advantage, weight, None, False, reference)
 
-    monkeypatch.setattr(magrpo_module.PolicyRows, "add", never_stale)
+    monkeypatch.setattr(update_module.PolicyRows, "add", never_stale)
     plain = run()
     for a, b in zip(normal.agents, plain.agents):
         for p, q in zip(a.parameters(), b.parameters()):

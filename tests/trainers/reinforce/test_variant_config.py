@@ -5,17 +5,17 @@ import pytest
 from tests.helpers.common import prompt_dataset as dataset
 from tests.helpers.common import snapshot
 
-from comlrl.core import get_policy_loss, register_advantage, register_policy_loss
+from comlrl.core import register_advantage, register_policy_loss, token_surrogate
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from tests.helpers.common import REPO_ROOT
 
 CALLS = {"loss": 0, "advantage": 0}
 
 
-@register_policy_loss("test_counted_sum", replace=True)
+@register_policy_loss("test_counted_sum", normaliser="none", replace=True)
 def _counted_sum(inputs):
     CALLS["loss"] += 1
-    return get_policy_loss("sequence_sum")(inputs)
+    return token_surrogate(inputs)
 
 
 @register_advantage("test_counted_mean", replace=True)
@@ -47,7 +47,6 @@ def test_user_registered_loss_and_estimator_train_from_a_config(tiny_paths):
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(epsilon_high=0.28), 'epsilon_high needs a loss_type other than "sequence_sum"'),
     (dict(loss_type="dapo", epsilon_high=0.28, importance_clip_range=None), "epsilon_high needs importance_clip_range"),
     (dict(loss_type="dapo", epsilon_high=-1.0), "epsilon_high must be"),
     (dict(scale_rewards="batch", advantage_normalization=False), "scale_rewards='batch' needs advantage_normalization=True"),

@@ -28,8 +28,8 @@ import yaml
 
 from comlrl.trainers.registry import ALGORITHMS, Algorithm, algorithm_sections, trains_critics
 from comlrl.envs.base import ALIASES, canonical_name, environment_spec, list_environments, option_yaml_paths
-from comlrl.config.values import check_section, check_value, leaves, spec_hint, unknown_keys
-from comlrl.config.overrides import Override, apply_overrides, parse_overrides, raw_text_of
+from comlrl.runplan.values import check_section, check_value, leaves, spec_hint, unknown_keys
+from comlrl.runplan.overrides import Override, apply_overrides, parse_overrides, raw_text_of
 
 DEFAULT_MODEL = "default"
 MODEL_KEYS = {
@@ -58,8 +58,8 @@ RENAMED = {"model": "agent_model"}
 
 
 def bundled_configs() -> List[str]:
-    """File names of the configs shipped in ``comlrl/config/bundled``."""
-    return sorted(p.name for p in resources.files("comlrl.config.bundled").iterdir() if p.name.endswith(".yaml"))
+    """File names of the configs shipped in ``comlrl/runplan/bundled``."""
+    return sorted(p.name for p in resources.files("comlrl.runplan.bundled").iterdir() if p.name.endswith(".yaml"))
 
 
 def find_config(name_or_path: str) -> Tuple[str, str]:
@@ -71,7 +71,7 @@ def find_config(name_or_path: str) -> Tuple[str, str]:
     name = os.path.basename(name_or_path)
     name = name if name.endswith(".yaml") else f"{name}.yaml"
     if name in bundled_configs():
-        return resources.files("comlrl.config.bundled").joinpath(name).read_text(encoding="utf-8"), f"bundled:{name}"
+        return resources.files("comlrl.runplan.bundled").joinpath(name).read_text(encoding="utf-8"), f"bundled:{name}"
     close = difflib.get_close_matches(name, bundled_configs(), n=1)
     hint = f" Did you mean {close[0]}?" if close else ""
     raise FileNotFoundError(f"--config {name_or_path!r} is neither a file nor a bundled config.{hint} See `comlrl configs`.")

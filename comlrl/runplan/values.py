@@ -11,7 +11,7 @@ import difflib
 import typing
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-from comlrl.config.overrides import as_text
+from comlrl.runplan.overrides import as_text
 
 
 def _describe(hint: Any) -> str:

@@ -1,181 +1,18 @@
-"""The contract every trainer config follows.
-
-A config is a dataclass with a docstring per field, validated in ``__post_init__`` with errors that
-name the field, the value and the fix. Configs remember which fields the caller set explicitly
-(``explicit_fields``), so a trainer can tell "left at its default" from "asked for", and they load
-from plain dicts (YAML sections) with unknown keys rejected.
-"""
+"""The field groups every RL config shares: ``CommonTrainingFields`` (optimizer, memory, output, the
+GPU path) and ``RolloutFields`` (CoMLRL 1.4.3's sampling, episode, evaluation and reference-KL fields)."""
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
+from typing import Any, Optional, Tuple
 
-from comlrl.models.saving import check_folder_path
+from comlrl.config.base import ConfigBase
+from comlrl.config.checks import require_at_least, require_choice, require_in_range, require_int_at_least, require_optional_positive
 from comlrl.models.precision import normalize_precision
-from comlrl.trainers.field_docs import document_class
-from comlrl.parallel.devices import normalize_parallel_training as parallel_mode
-from comlrl.telemetry.redaction import redact_secrets
+from comlrl.models.saving import check_folder_path
 
 OPTIMIZERS = ("adamw", "adamw_8bit")
 GENERATION_BACKENDS = ("hf", "vllm")
-
-
-class ConfigFieldError(TypeError, ValueError):
-    """A config was given a field it does not have (a TypeError like any bad keyword argument, and a
-    ValueError like every other config mistake)."""
-
-
-def unknown_fields_message(cls: type, unknown: Iterable[str], known: Iterable[str], where: str = "") -> str:
-    """``Unknown X field(s): 'a' (did you mean 'b'?)`` plus the valid names."""
-    known = sorted(known)
-    hints = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known, n=1)
-        hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return (
-        f"Unknown {cls.__name__} field(s){where}: {', '.join(hints)}. Valid fields: {', '.join(known)} "
-        f"(help({cls.__name__}) or docs/configs.md describes each)."
-    )
-
-
-class ConfigBase:
-    """Mixin for trainer config dataclasses (see module docstring).
-
-    Every subclass gets a ``Fields:`` section in its docstring, built from the attribute docstrings
-    of its fields (``comlrl.trainers.field_docs``), so ``help(MAGRPOConfig)`` describes each field.
-    """
-
-    # Fields that may change when a run resumes from a checkpoint (documented in docs/checkpoints.md).
-    resumable_fields: ClassVar[FrozenSet[str]] = frozenset()
-    # Credentials: never written to checkpoints, logs or configs on disk (``to_dict`` leaves them out).
-    secret_fields: ClassVar[FrozenSet[str]] = frozenset()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        document_class(cls)
-        # Set before @dataclass runs, which then keeps it instead of writing its own field-by-field repr.
-        if "__repr__" not in cls.__dict__:
-            cls.__repr__ = ConfigBase._redacted_repr  # type: ignore[method-assign]
-
-    def _redacted_repr(self) -> str:
-        """The dataclass repr with every credential masked (``redact_secrets``): a key in a header, a
-        URL's password or signed query, so printing or logging a config never shows one."""
-        shown = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.repr}  # type: ignore[arg-type]
-        body = ", ".join(f"{name}={value!r}" for name, value in redact_secrets(shown).items())
-        return f"{type(self).__qualname__}({body})"
-
-    def __new__(cls, *args: Any, **kwargs: Any):
-        # Runs before the dataclass __init__, so a misspelt keyword gets a suggestion instead of
-        # "__init__() got an unexpected keyword argument".
-        known = cls.field_names()
-        unknown = [key for key in kwargs if key not in known]
-        if unknown:
-            raise ConfigFieldError(unknown_fields_message(cls, unknown, known))
-        obj = super().__new__(cls)
-        names = [f.name for f in dataclasses.fields(cls) if f.init][: len(args)]
-        object.__setattr__(obj, "_explicit_fields", frozenset(names) | frozenset(kwargs))
-        return obj
-
-    @property
-    def explicit_fields(self) -> FrozenSet[str]:
-        """Names of the fields given to the constructor (as opposed to left at their defaults)."""
-        return getattr(self, "_explicit_fields", frozenset())
-
-    def is_explicit(self, name: str) -> bool:
-        return name in self.explicit_fields
-
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls) if f.init]
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], *, section: Optional[str] = None):
-        """Build a config from a mapping; unknown keys raise a ValueError with close matches."""
-        known = cls.field_names()
-        unknown = [key for key in values if key not in known]
-        if unknown:
-            where = f" in section '{section}'" if section else ""
-            raise ConfigFieldError(unknown_fields_message(cls, unknown, known, where))
-        return cls(**dict(values))
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Every field except the ``secret_fields`` (credentials)."""
-        return {name: getattr(self, name) for name in self.field_names() if name not in self.secret_fields}
-
-
-# ----------------------------------------------------------------------------- validation helpers
-
-
-def require_at_least(config: Any, name: str, minimum: float) -> None:
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}. Got {value!r}.")
-
-
-def require_int_at_least(config: Any, name: str, minimum: int, why: str = "") -> None:
-    """``name`` must be an int (not a bool, not a float such as 4.0) of at least ``minimum``."""
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        reason = f" ({why})" if why else ""
-        raise ValueError(f"{name} must be an integer >= {minimum}{reason}. Got {value!r}.")
-
-
-def require_in_range(config: Any, name: str, low: float, high: float, *, low_open: bool = False) -> None:
-    value = getattr(config, name)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok:
-        ok = (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bracket = "(" if low_open else "["
-        raise ValueError(f"{name} must be in {bracket}{low}, {high}]. Got {value!r}.")
-
-
-def require_optional_positive(config: Any, name: str) -> None:
-    value = getattr(config, name)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ValueError(f"{name} must be a positive number or None. Got {value!r}.")
-
-
-def require_choice(config: Any, name: str, choices: Iterable[str], aliases: Optional[Mapping[str, str]] = None) -> str:
-    """Normalise a string option (case and surrounding spaces ignored) and store the canonical value."""
-    value = getattr(config, name)
-    canonical = value.strip().lower() if isinstance(value, str) else value
-    if aliases and canonical in aliases:
-        canonical = aliases[canonical]
-    choices = tuple(choices)
-    if canonical not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}. Got {value!r}.")
-    setattr(config, name, canonical)
-    return canonical
-
-
-def normalize_parallel_training(config: Any, device_fields: Iterable[str]) -> None:
-    """Normalise ``config.parallel_training``; "mp" needs explicit devices in ``device_fields``."""
-    config.parallel_training = parallel_mode(config.parallel_training)
-    if config.parallel_training == "mp":
-        for field in device_fields:
-            if getattr(config, field) is None:
-                raise ValueError(
-                    f"parallel_training='mp' needs {field}: give one device per model, "
-                    f"e.g. {field}=['cuda:0', 'cuda:1']."
-                )
-
-
-def validate_reference_kl(config: Any) -> None:
-    coef = config.reference_kl_coef
-    if isinstance(coef, bool) or not isinstance(coef, (int, float)) or coef < 0:
-        raise ValueError(f"reference_kl_coef must be >= 0. Got {coef!r}.")
-    if not isinstance(config.reference_kl_enabled, bool):
-        raise ValueError(f"reference_kl_enabled must be True or False. Got {config.reference_kl_enabled!r}.")
-    require_choice(config, "reference_kl_mode", REFERENCE_KL_MODES)
-
-
-REFERENCE_KL_MODES = ("loss", "reward")
 
 
 @dataclass

@@ -89,11 +89,15 @@ def class_fields(cls: type) -> Dict[str, FieldDoc]:
     merged: Dict[str, FieldDoc] = {}
     for base in reversed(cls.__mro__[1:]):
         merged.update(base.__dict__.get("_field_docs", {}))
-    for name, record in own_fields(cls).items():
+    own = own_fields(cls)
+    for name, record in own.items():
         previous = merged.get(name)
         if previous is not None and record.description is None:
             record = dataclasses.replace(record, description=previous.description)
         merged[name] = record
+    for name, record in merged.items():  # a default changed without source (``ConfigBase.variant``)
+        if name in cls.__dict__ and name not in own:
+            merged[name] = dataclasses.replace(record, default=_default_repr(cls, name))
     return merged
 
 
