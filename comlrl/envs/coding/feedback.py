@@ -85,7 +85,7 @@ def diagnose(row: Mapping[str, Any], aux_text: str, main_text: str, *, sandbox: 
     report.cases = list(asserts)
     if report.syntax_ok and asserts:
         result = sandbox.run(TestJob(code=code, tests=asserts, seed_math=True, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts,
-                                     setup=analysis.prompt_imports(prompt)))
+                                     setup=analysis.prompt_imports(prompt), entry_points=(entry_point,)))
         report.tests_total, report.tests_passed = len(asserts), result.passed
         for case, outcome in zip(asserts, result.results):
             if not result.loaded:

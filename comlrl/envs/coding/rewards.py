@@ -88,7 +88,7 @@ def static_part(c1: str, c2: str, row: Mapping[str, Any], fixes: CodeQuirkFixes,
     if not asserts:
         return StaticPart(details, reward, main_function, aux_function, None)
     job = TestJob(code=code, tests=asserts, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts,
-                  pre_evaluate=not fixes.fix_assert_pre_evaluation, setup=analysis.prompt_imports(prompt))
+                  pre_evaluate=not fixes.fix_assert_pre_evaluation, setup=analysis.prompt_imports(prompt), entry_points=(entry_point,))
     return StaticPart(details, reward, main_function, aux_function, job)
 
 

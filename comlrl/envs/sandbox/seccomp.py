@@ -9,6 +9,13 @@ without capabilities; the filter also takes away the kernel code behind them, th
 kernel exploit). A system call from another ABI (i386 or x32 on x86-64) kills the process, so the
 list cannot be sidestepped by number.
 
+Sockets: ``socket`` and ``socketpair`` succeed only for ``AF_UNIX`` (what ``asyncio``'s self-pipe
+and ``multiprocessing``'s duplex pipes use; in the sandbox's own network and mount namespaces a
+unix socket reaches nothing outside). Every other address family -- IPv4 and IPv6 (the private
+network namespace has only loopback: nothing to talk to), netlink, packet, VSOCK (which a network
+namespace does not isolate: on a VM it reaches the host), Bluetooth, CAN, TIPC, RDS, XDP, ALG and
+the rest -- fails with EPERM, and the kernel code behind it is out of reach.
+
 Tables for x86-64 and AArch64 (numbers from the kernel's ``unistd_64.h`` / ``asm-generic/unistd.h``);
 on any other architecture ``program()`` is None and the sandbox records that it runs without one.
 """
@@ -43,9 +50,13 @@ ARCHES: Dict[str, Tuple[int, Dict[str, int], Optional[int]]] = {
     "x86_64": (0xC000003E, _X86_64, 0x40000000),
     "aarch64": (0xC00000B7, _AARCH64, None),
 }
+SOCKET_CALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}
+"""machine -> the numbers of ``socket`` and ``socketpair`` (their first argument is the family)."""
+AF_UNIX = 1
+ALLOWED_FAMILIES = (AF_UNIX,)
 _LD_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
 _ALLOW, _KILL_PROCESS, _ERRNO_EPERM = 0x7FFF0000, 0x80000000, 0x00050001
-_NR, _ARCH = 0, 4  # offsets in struct seccomp_data
+_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (the low half of args[0]: both ABIs are little-endian)
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -53,28 +64,33 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 
 def program(machine: Optional[str] = None) -> Optional[bytes]:
-    """The filter for ``machine`` (default: this one), or None where there is no table."""
-    arch = ARCHES.get(machine or platform.machine())
+    """The filter for ``machine`` (default: this one), or None where there is no table.
+
+    Layout: check the ABI (else kill), load the number; another ABI's range -> kill, ``socket`` /
+    ``socketpair`` -> the family check, a denied call -> EPERM, anything else -> allow. The family
+    check loads the first argument: an allowed family -> allow, else EPERM."""
+    name = machine or platform.machine()
+    arch = ARCHES.get(name)
     if arch is None:
         return None
     audit_arch, table, foreign_from = arch
-    numbers = sorted(set(table.values()))
     head: List[bytes] = [_insn(_LD_ABS, _ARCH), _insn(_JEQ, audit_arch, jt=1), _insn(_RET, _KILL_PROCESS), _insn(_LD_ABS, _NR)]
-    checks = [("jge", foreign_from)] if foreign_from is not None else []
-    checks += [("jeq", number) for number in numbers]
-    body = []
-    for index, (kind, value) in enumerate(checks):
-        to_deny = len(checks) - index  # skip the rest of the checks and the allow
-        if kind == "jge":
-            body.append(_insn(_JGE, value, jt=to_deny + 1))  # another ABI: to the kill after the deny
-        else:
-            body.append(_insn(_JEQ, value, jt=to_deny))
+    checks = [(_JGE, foreign_from, "kill")] if foreign_from is not None else []
+    checks += [(_JEQ, number, "sockets") for number in SOCKET_CALLS[name]]
+    checks += [(_JEQ, number, "deny") for number in sorted(set(table.values()))]
+    families = [_insn(_LD_ABS, _ARG0)]
+    families += [_insn(_JEQ, family, jt=len(ALLOWED_FAMILIES) - index) for index, family in enumerate(ALLOWED_FAMILIES)]
+    families += [_insn(_RET, _ERRNO_EPERM), _insn(_RET, _ALLOW)]
+    # after the checks: allow, deny, kill, then the family check
+    targets = {"deny": len(checks) + 1, "kill": len(checks) + 2, "sockets": len(checks) + 3}
+    body = [_insn(kind, value, jt=targets[target] - index - 1) for index, (kind, value, target) in enumerate(checks)]
     tail = [_insn(_RET, _ALLOW), _insn(_RET, _ERRNO_EPERM), _insn(_RET, _KILL_PROCESS)]
-    return b"".join(head + body + tail)
+    return b"".join(head + body + tail + families)
 
 
 def describe(machine: Optional[str] = None) -> str:
     name = machine or platform.machine()
     if name not in ARCHES:
         return f"none (no system-call table for {name})"
-    return f"{len(ARCHES[name][1])} system calls denied (ptrace, bpf, userfaultfd, io_uring, keyctl, mount, namespaces ...); other ABIs killed"
+    return (f"{len(ARCHES[name][1])} system calls denied (ptrace, bpf, userfaultfd, io_uring, keyctl, mount, namespaces ...); "
+            f"sockets of every family but AF_UNIX denied; other ABIs killed")

@@ -118,10 +118,11 @@ def test_result_parser_takes_only_whole_records():
 # ----------------------------------------------------------------------------- the seccomp program
 
 
-def run_bpf(program: bytes, arch: int, nr: int) -> int:
-    """A cBPF interpreter for the four instructions the filter uses, on ``struct seccomp_data``."""
+def run_bpf(program: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+    """A cBPF interpreter for the four instructions the filter uses, on ``struct seccomp_data``
+    (``arg0``: the low 32 bits of the first argument)."""
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
-    data = {0: nr, 4: arch}
+    data = {0: nr, 4: arch, 16: arg0}
     pc, acc = 0, 0
     while True:
         code, jt, jf, k = insns[pc]
@@ -143,8 +144,12 @@ def test_seccomp_program_denies_the_list_and_allows_the_rest(machine):
     assert set(table) <= set(seccomp.DENIED) and len(set(table.values())) == len(table)
     for name, nr in table.items():
         assert run_bpf(program, audit_arch, nr) == 0x00050001, name  # EPERM
-    allowed = set(range(0, 460)) - set(table.values())
+    sockets = set(seccomp.SOCKET_CALLS[machine])
+    allowed = set(range(0, 460)) - set(table.values()) - sockets
     assert {run_bpf(program, audit_arch, nr) for nr in allowed} == {0x7FFF0000}
+    for nr in sockets:  # socket and socketpair: AF_UNIX only, every other family (AF_VSOCK 40 among them) EPERM
+        assert run_bpf(program, audit_arch, nr, arg0=1) == 0x7FFF0000
+        assert {run_bpf(program, audit_arch, nr, arg0=family) for family in [0, *range(2, 64), 0xFFFFFFFF]} == {0x00050001}
     assert run_bpf(program, 0x40000003, 3) == 0x80000000  # i386 on x86-64 (or any other ABI): killed
     if foreign is not None:
         assert run_bpf(program, audit_arch, foreign | 1) == 0x80000000  # x32
