@@ -49,6 +49,8 @@ sys.path.pop(0)
 
 GRACE_S = 0.5
 MAX_PROXIES = 1 << 16
+MAX_EXCEPTION_TYPES = 256
+"""Exception classes made for the candidate's own exception names (more are plain ``Exception``)."""
 CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 
 
@@ -79,8 +81,10 @@ def remote_exception(name: str, message: str) -> Exception:
         except Exception:  # noqa: BLE001 - a builtin that takes other arguments (UnicodeDecodeError ...)
             exc = None
     if exc is None:
-        kind = _DYNAMIC.setdefault(name, type(name, (Exception,), {"__module__": "sandbox"}))
-        exc = kind(message)
+        kind = _DYNAMIC.get(name)
+        if kind is None and len(_DYNAMIC) < MAX_EXCEPTION_TYPES:
+            kind = _DYNAMIC[name] = type(name, (Exception,), {"__module__": "sandbox"})
+        exc = (kind or Exception)(message)
     exc.sandbox_message = message
     return exc
 
