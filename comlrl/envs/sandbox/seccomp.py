@@ -9,12 +9,13 @@ without capabilities; the filter also takes away the kernel code behind them, th
 kernel exploit). A system call from another ABI (i386 or x32 on x86-64) kills the process, so the
 list cannot be sidestepped by number.
 
-Sockets: ``socket`` and ``socketpair`` succeed only for ``AF_UNIX`` (what ``asyncio``'s self-pipe
-and ``multiprocessing``'s duplex pipes use; in the sandbox's own network and mount namespaces a
-unix socket reaches nothing outside). Every other address family -- IPv4 and IPv6 (the private
-network namespace has only loopback: nothing to talk to), netlink, packet, VSOCK (which a network
-namespace does not isolate: on a VM it reaches the host), Bluetooth, CAN, TIPC, RDS, XDP, ALG and
-the rest -- fails with EPERM, and the kernel code behind it is out of reach.
+Sockets: ``socket`` and ``socketpair`` fail with EPERM for every address family. No job needs one
+(the harness talks over inherited pipes, and the harness's audit hook already refuses sockets to
+Python code, so ``asyncio`` and ``multiprocessing`` do not run there either); the private network
+namespace isolates IPv4, IPv6 and abstract unix sockets, but not every family -- ``AF_VSOCK``
+reaches the host of a virtual machine -- and each family is kernel code a candidate could probe
+(netlink, packet, the unix garbage collector, Bluetooth, CAN, TIPC, RDS, XDP, ALG ...). Denying
+the two calls takes all of them away at once, ``AF_UNIX`` included.
 
 Tables for x86-64 and AArch64 (numbers from the kernel's ``unistd_64.h`` / ``asm-generic/unistd.h``);
 on any other architecture ``program()`` is None and the sandbox records that it runs without one.
@@ -33,30 +34,26 @@ DENIED = (
     "mount_setattr", "unshare", "setns", "chroot", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl",
     "open_by_handle_at", "name_to_handle_at", "personality", "vhangup", "settimeofday", "clock_settime",
-    "adjtimex", "clock_adjtime", "lookup_dcookie", "iopl", "ioperm", "uselib",
+    "adjtimex", "clock_adjtime", "lookup_dcookie", "socket", "socketpair", "iopl", "ioperm", "uselib",
 )
 _X86_64 = dict(zip(DENIED, (
     101, 310, 311, 321, 298, 323, 425, 426, 427, 250, 248, 249, 165, 166, 155, 429, 428, 430, 431, 432, 433,
     442, 272, 308, 161, 246, 320, 175, 313, 176, 169, 167, 168, 163, 103, 179, 304, 303, 135, 153, 164, 227,
-    159, 305, 212, 172, 173, 134,
+    159, 305, 212, 41, 53, 172, 173, 134,
 )))
 _AARCH64 = dict(zip(DENIED[:-3], (
     117, 270, 271, 280, 241, 282, 425, 426, 427, 219, 217, 218, 40, 39, 41, 429, 428, 430, 431, 432, 433,
     442, 97, 268, 51, 104, 294, 105, 273, 106, 142, 224, 225, 89, 116, 60, 265, 264, 92, 58, 170, 112,
-    171, 266, 18,
+    171, 266, 18, 198, 199,
 )))
 # machine -> (AUDIT_ARCH_* of the native ABI, syscall table, numbers at or above this are another ABI)
 ARCHES: Dict[str, Tuple[int, Dict[str, int], Optional[int]]] = {
     "x86_64": (0xC000003E, _X86_64, 0x40000000),
     "aarch64": (0xC00000B7, _AARCH64, None),
 }
-SOCKET_CALLS = {"x86_64": (41, 53), "aarch64": (198, 199)}
-"""machine -> the numbers of ``socket`` and ``socketpair`` (their first argument is the family)."""
-AF_UNIX = 1
-ALLOWED_FAMILIES = (AF_UNIX,)
 _LD_ABS, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06
 _ALLOW, _KILL_PROCESS, _ERRNO_EPERM = 0x7FFF0000, 0x80000000, 0x00050001
-_NR, _ARCH, _ARG0 = 0, 4, 16  # offsets in struct seccomp_data (the low half of args[0]: both ABIs are little-endian)
+_NR, _ARCH = 0, 4  # offsets in struct seccomp_data
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -64,33 +61,29 @@ def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
 
 
 def program(machine: Optional[str] = None) -> Optional[bytes]:
-    """The filter for ``machine`` (default: this one), or None where there is no table.
-
-    Layout: check the ABI (else kill), load the number; another ABI's range -> kill, ``socket`` /
-    ``socketpair`` -> the family check, a denied call -> EPERM, anything else -> allow. The family
-    check loads the first argument: an allowed family -> allow, else EPERM."""
-    name = machine or platform.machine()
-    arch = ARCHES.get(name)
+    """The filter for ``machine`` (default: this one), or None where there is no table."""
+    arch = ARCHES.get(machine or platform.machine())
     if arch is None:
         return None
     audit_arch, table, foreign_from = arch
+    numbers = sorted(set(table.values()))
     head: List[bytes] = [_insn(_LD_ABS, _ARCH), _insn(_JEQ, audit_arch, jt=1), _insn(_RET, _KILL_PROCESS), _insn(_LD_ABS, _NR)]
-    checks = [(_JGE, foreign_from, "kill")] if foreign_from is not None else []
-    checks += [(_JEQ, number, "sockets") for number in SOCKET_CALLS[name]]
-    checks += [(_JEQ, number, "deny") for number in sorted(set(table.values()))]
-    families = [_insn(_LD_ABS, _ARG0)]
-    families += [_insn(_JEQ, family, jt=len(ALLOWED_FAMILIES) - index) for index, family in enumerate(ALLOWED_FAMILIES)]
-    families += [_insn(_RET, _ERRNO_EPERM), _insn(_RET, _ALLOW)]
-    # after the checks: allow, deny, kill, then the family check
-    targets = {"deny": len(checks) + 1, "kill": len(checks) + 2, "sockets": len(checks) + 3}
-    body = [_insn(kind, value, jt=targets[target] - index - 1) for index, (kind, value, target) in enumerate(checks)]
+    checks = [("jge", foreign_from)] if foreign_from is not None else []
+    checks += [("jeq", number) for number in numbers]
+    body = []
+    for index, (kind, value) in enumerate(checks):
+        to_deny = len(checks) - index  # skip the rest of the checks and the allow
+        if kind == "jge":
+            body.append(_insn(_JGE, value, jt=to_deny + 1))  # another ABI: to the kill after the deny
+        else:
+            body.append(_insn(_JEQ, value, jt=to_deny))
     tail = [_insn(_RET, _ALLOW), _insn(_RET, _ERRNO_EPERM), _insn(_RET, _KILL_PROCESS)]
-    return b"".join(head + body + tail + families)
+    return b"".join(head + body + tail)
 
 
 def describe(machine: Optional[str] = None) -> str:
     name = machine or platform.machine()
     if name not in ARCHES:
         return f"none (no system-call table for {name})"
-    return (f"{len(ARCHES[name][1])} system calls denied (ptrace, bpf, userfaultfd, io_uring, keyctl, mount, namespaces ...); "
-            f"sockets of every family but AF_UNIX denied; other ABIs killed")
+    return (f"{len(ARCHES[name][1])} system calls denied (ptrace, bpf, userfaultfd, io_uring, keyctl, mount, namespaces, "
+            f"socket and socketpair of every family ...); other ABIs killed")

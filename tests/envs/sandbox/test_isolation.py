@@ -142,6 +142,20 @@ def test_what_the_candidate_is_inside_bubblewrap():
     assert [r.status for r in report.results] == ["pass"] * len(tests), [(t, r) for t, r in zip(tests, report.results)]
 
 
+@needs_bwrap
+def test_no_socket_of_any_family_can_be_made_inside():
+    """Every family fails with EPERM, the seccomp filter's answer (the kernel's own would be
+    EAFNOSUPPORT or EINVAL for most): AF_UNIX, AF_INET and AF_INET6 included, AF_VSOCK (40) too."""
+    code = DISARM + (
+        "import socket\nrefused = {}\nfor family in range(64):\n    for call in (socket.socket, socket.socketpair):\n"
+        "        try:\n            call(family, socket.SOCK_STREAM)\n            refused[family] = 0\n"
+        "        except OSError as error:\n            refused.setdefault(family, error.errno)\n")
+    report = Sandbox(isolation="bwrap").run(TestJob(code=code, tests=["assert set(refused.values()) == {errno.EPERM}", "assert len(refused) == 64"],
+                                                    setup="import errno", entry_points=("refused",)))
+    assert report.loaded, report.load_error
+    assert [r.status for r in report.results] == ["pass", "pass"], report.results
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can set the immutable flag (chattr +i)")
 def test_a_job_directory_is_removed_even_when_immutable(tmp_path):
     job = tmp_path / "comlrl-sandbox-job"
