@@ -57,6 +57,11 @@ FORGERIES = {
     "exit_after_first_answer": ("[]", "_f.append(1)\nif len(_f) > 2:\n    import os\n    os._exit(0)", "a - b"),
     "nan_and_infinity": ("None", "", "float('nan') if a else float('inf')"),
     "stop_itself": ("[]", "_f.append(1)\nif len(_f) > 2:\n    import os, signal\n    os.kill(os.getpid(), signal.SIGSTOP)", "a - b"),
+    "exception_of_an_odd_type": ("None", "class AssertionError(StopIteration):\n    __str__ = lambda s: 1 / 0\n"
+                                 "if (a, b) != (0, 0):\n    raise AssertionError()", "a - b"),
+    "an_iterator_that_never_ends": ("None", "import itertools", "itertools.count() if (a, b) != (0, 0) else 0"),
+    "late_reply_after_the_checker_gave_up": ("[]", "import signal, time\nif not _f:\n    _f.append(1)\n"
+                                             "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(1.2)\n    return a + b", "a - b"),
 }
 COOP_MAIN = "def add(a, b):\n    total = aux(a, b)\n    total = total + 0\n    return total"
 
@@ -120,7 +125,7 @@ RUNTIME_BEFORE = runtime_hashes()
 
 
 def test_enough_forgeries():
-    assert len(FORGERIES) >= 12
+    assert len(FORGERIES) >= 18
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")

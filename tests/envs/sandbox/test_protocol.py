@@ -149,6 +149,22 @@ def test_valid_answers_of_every_kind_still_mean_what_they_mean(level):
     assert [r.status for r in timed.results] == ["timeout", "timeout", "not run"]  # a timeout answer is a timeout, as counted
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_a_reply_that_is_slow_to_decode_times_out_its_assert(level):
+    """A valid answer built to be slow on the checker's side (a set of 200,000 ints with one hash:
+    quadratic to rebuild) is decoded under the assert's alarm: the assert times out, the job goes on."""
+    flood = FRAME + (
+        "import __main__ as h\nitem = lambda k: b'i' + struct.pack('>I', 10) + (k * (2 ** 61 - 1)).to_bytes(10, 'big', signed=True)\n"
+        "colliding = b'S' + struct.pack('>I', 200000) + b''.join(item(k) for k in range(200000))\n"
+        "h.Server.answer = lambda self, op, rid, *a: t(s(b'value'), i(rid), s(op.encode()), colliding, b'l' + bytes(4), b'd' + bytes(4))\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sandbox = Sandbox(SandboxLimits(wall_time_s=30.0), isolation=level)
+    report = sandbox.run(TestJob(code=f"exec({flood!r})\ndef f():\n    return 0", tests=["assert f() == {0}", "assert True"],
+                                 test_timeout_s=0.5, entry_points=("f",)))
+    assert [r.status for r in report.results] == ["timeout", "pass"] and report.completed, report
+
+
 # ----------------------------------------------------------------------------- through the public reward API
 
 ROW = {
