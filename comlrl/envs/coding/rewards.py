@@ -57,11 +57,15 @@ class StaticPart:
 
 
 def row_fields(row: Mapping[str, Any]) -> Tuple[str, str, str]:
-    """(prompt, test, entry_point) of a code row."""
+    """(prompt, test, entry_point) of a code row (the entry point a Python identifier)."""
     try:
-        return str(row.get("prompt") or ""), str(row["test"]), str(row["entry_point"])
+        fields = str(row.get("prompt") or ""), str(row["test"]), str(row["entry_point"])
     except (KeyError, AttributeError, TypeError):
         raise ValueError(f"A code row needs 'prompt', 'test' and 'entry_point' fields; got {row!r:.120}.") from None
+    if not fields[2].isidentifier():
+        raise ValueError(f"A code row's entry_point must be a Python identifier (the function the tests call); got {fields[2]!r:.80} "
+                         f"in {row!r:.120}.")
+    return fields
 
 
 def static_part(c1: str, c2: str, row: Mapping[str, Any], fixes: CodeQuirkFixes, test_timeout_s: float, max_timeouts: int) -> StaticPart:
@@ -139,6 +143,8 @@ def code_details(
     Keys: ``level_1``..``level_4`` (they add up to ``reward``), ``passed_tests``, ``total_tests``,
     ``timeouts``, and the flags and bonus terms behind them.
     """
+    for row in rows:
+        row_fields(row)  # a malformed row is the configuration's error: it raises, unlike anything a completion holds
     parts = [_guarded(static_part, c1, c2, row, fixes, test_timeout_s, max_timeouts) for (c1, c2), row in zip(joints, rows)]
     pending = [i for i, part in enumerate(parts) if part is not None and part.job is not None]
     reports = dict(zip(pending, sandbox.run_many([parts[i].job for i in pending])))

@@ -138,6 +138,15 @@ def test_an_analysis_that_raises_anyway_costs_only_its_item(envs, monkeypatch):
     assert "Main definition: MISSING (Main function (add) could not be analysed)" in main_prompt and "Syntax: ERROR" in aux_prompt
 
 
+def test_a_malformed_row_is_still_an_error(envs):
+    """What the configuration gets wrong raises; only what a completion holds is scored instead."""
+    reward, _ = envs
+    with pytest.raises(ValueError, match="entry_point must be a Python identifier"):
+        reward.reward_func([AUX], [HONEST], batch_items=[dict(ROW, entry_point="add; import os")])
+    with pytest.raises(ValueError, match="needs 'prompt', 'test' and 'entry_point'"):
+        reward.reward_func([AUX], [HONEST], batch_items=[{"prompt": ROW["prompt"]}])
+
+
 # ----------------------------------------------------------------------------- the fuzz
 
 _CATEGORIES = None
