@@ -59,7 +59,7 @@ class TestJob:
     code: str
     """The candidate program, executed once before the asserts (untrusted)."""
     tests: Sequence[str]
-    """Assert statements, each run on its own in the checker against the program's names (trusted)."""
+    """Assert statements, each run on its own in the checker against the entry points (trusted)."""
     test_timeout_s: float = 10.0
     """Alarm per assert."""
     max_timeouts: int = 3
@@ -81,6 +81,7 @@ class TestJob:
         if isinstance(names, str) or not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
             raise ValueError(f"TestJob.entry_points must name the function(s) of the code the tests call, e.g. "
                              f"entry_points=('add',); got {names!r}. No other name of the code is visible to the tests.")
+        object.__setattr__(self, "entry_points", tuple(names))
 
 
 @dataclass
