@@ -77,6 +77,8 @@ DEFAULT_TEMPERATURE = 0.3
 """Sampling temperature of an endpoint the table does not know (the original's OpenAI-compatible value)."""
 MAX_REPLY_CHARS = 256 * 1024
 """Characters of an expert's reply searched for its JSON object."""
+MAX_JSON_ATTEMPTS = 512
+"""Braces of a reply that start no JSON object tried before the search stops."""
 EDIT_CAP = 64 * 1024
 """Characters of an agent's edits kept in its next prompt (cleaned of control and format characters)."""
 
@@ -217,15 +219,19 @@ def request_text(problem: str, aux_text: str, main_text: str, *, agents: int, en
 def last_json_object(text: str) -> Optional[dict]:
     """The last JSON object in ``text``: objects are read left to right, each scan resuming after
     the end of the one found (so objects nested in strings of a found one are not candidates).
-    Only the first ``MAX_REPLY_CHARS`` are read; JSON nested too deeply to decode is no object."""
+    Bounded: only the first ``MAX_REPLY_CHARS`` are read, at most ``MAX_JSON_ATTEMPTS`` braces that
+    start no object are tried (each failure costs the decoder time linear in its position), and
+    JSON nested too deeply to decode is no object."""
     decoder = json.JSONDecoder()
     found: Optional[dict] = None
     text = (text or "")[:MAX_REPLY_CHARS]
     index = text.find("{")
-    while index != -1:
+    failures = 0
+    while index != -1 and failures < MAX_JSON_ATTEMPTS:
         try:
             value, end = decoder.raw_decode(text, index)
         except (json.JSONDecodeError, RecursionError):
+            failures += 1
             index = text.find("{", index + 1)
             continue
         if isinstance(value, dict):

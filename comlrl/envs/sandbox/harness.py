@@ -179,7 +179,8 @@ def set_limits(limits: dict) -> None:
 
 
 MUTABLE = (list, dict, set)
-"""Argument types whose state after a call goes back to the checker (which mirrors it)."""
+"""Argument types whose state after a call goes back to the checker (which mirrors it); the checker
+sends them as exactly these types (a reference to a candidate object is never one of them)."""
 
 
 def _kind(obj: object) -> bytes:
@@ -269,8 +270,8 @@ class Server:
                 if op != "next":
                     raise
                 return wire.encode(("end", rid, op))
-            mutated = [(i, a) for i, a in enumerate(args) if isinstance(a, MUTABLE)]
-            kw_mutated = {k: a for k, a in kwargs.items() if isinstance(a, MUTABLE)}
+            mutated = [(i, a) for i, a in enumerate(args) if type(a) in MUTABLE]  # what the checker sent: plain types
+            kw_mutated = {k: a for k, a in kwargs.items() if type(a) in MUTABLE}
             if op == "iter":  # whatever iter() returned is an iterator (it checks): say so
                 value = self.as_ref(value, b"i")
             return wire.encode(("value", rid, op, value, mutated, kw_mutated), self.as_ref)

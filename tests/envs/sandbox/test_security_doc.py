@@ -2,8 +2,8 @@
 
 Each bullet of the sections that make claims (how the reward is decided, what the trainer reads,
 the isolation, no silent downgrade) must end with ``Tests:`` and references ``file.py::test``
-(optionally ``[case]``); each reference must name a test function of that file under
-``tests/envs/sandbox/``, and each case a name the file spells out.
+(optionally ``[case]``); each reference must name a test function of that file (under
+``tests/envs/sandbox/`` unless a path is given), and each case a name the file spells out.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 HERE = os.path.join(ROOT, "tests", "envs", "sandbox")
-REFERENCE = re.compile(r"`(test_\w+\.py)(?:::(\w+))?((?:\[[^\]]+\])?)`(?:\s+and\s+`\[([^\]]+)\]`)?")
+REFERENCE = re.compile(r"`((?:tests/[\w/]+/)?test_\w+\.py)(?:::(\w+))?((?:\[[^\]]+\])?)`(?:\s+and\s+`\[([^\]]+)\]`)?")
 CLAIMING = ("## How the reward is decided", "## What the trainer reads of a completion", "## Isolation: bubblewrap")
 
 
@@ -51,7 +51,7 @@ def test_every_named_test_exists():
     found = 0
     for match in REFERENCE.finditer(text):
         name, function, case, more = match.groups()
-        path = os.path.join(HERE, name)
+        path = os.path.join(ROOT, name) if name.startswith("tests/") else os.path.join(HERE, name)
         assert os.path.exists(path), name
         if name not in functions:
             with open(path, encoding="utf-8") as handle:
