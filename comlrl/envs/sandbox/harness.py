@@ -2,14 +2,14 @@
 
 Started by ``comlrl.envs.sandbox`` as ``python -I -S -B harness.py REQUEST_FD REPLY_FD`` inside the
 isolation (bubblewrap: its own user, PID, network, IPC and mount namespaces; or none). Standard
-library only; it imports nothing of comlrl but ``wire.py`` beside it. It never sees a test: the
-asserts run in the checker process, which calls into this one over the two pipes and gets back
-plain data only (``wire.py``), so nothing the candidate does here can decide a pass.
+library only; it imports nothing of comlrl but ``wire.py`` and ``protocol.py`` beside it. It never
+sees a test: the asserts run in the checker process, which calls into this one over the two pipes
+and gets back plain data only (``wire.py``), so nothing the candidate does here can decide a pass.
 
 Steps, all before any candidate code runs:
 
-1. read the job (``wire``-encoded dict: code, seed_math, limits, deny_read, allow_read, drop_root)
-   from stdin;
+1. read the job (``wire``-encoded dict: code, exports, seed_math, limits, deny_read, allow_read,
+   drop_root) from stdin;
 2. close every inherited descriptor but stdio and the two pipes;
 3. with ``drop_root`` (bubblewrap), when started as root (a root trainer's sandbox), drop to
    uid/gid 65534 with no supplementary groups; refuse to go on as root;
