@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import signal
 import struct
 
 import pytest
@@ -113,6 +114,33 @@ def test_result_parser_takes_only_whole_records():
     assert len(report.results[1].error_type) == 80 and len(report.results[1].error_message) == 300
     assert not report.completed  # no "done" record
     assert parse_results(b"[" * 200000, ["t"]).results[0].status == "not run"
+
+
+def test_members_with_colliding_hashes_are_rebuilt_interruptibly():
+    """100,000 ints with one hash make a set quadratic to rebuild (minutes). The decoder builds sets
+    and dicts one member at a time, so the receiver's alarm (the checker's per-assert alarm) stops it."""
+    n = 100_000
+    member = lambda k: b"i" + struct.pack(">I", 10) + (k * (2 ** 61 - 1)).to_bytes(10, "big", signed=True)  # noqa: E731
+    members = b"".join(member(k) for k in range(n))
+    frames = [b"S" + struct.pack(">I", n) + members, b"Z" + struct.pack(">I", n) + members, b"K" + struct.pack(">I", n) + members,
+              b"d" + struct.pack(">I", n) + b"".join(member(k) + b"N" for k in range(n))]
+
+    class Alarm(Exception):
+        pass
+
+    def fire(signum, frame):
+        raise Alarm
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    try:
+        for frame in frames:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Alarm):
+                wire.decode(frame)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 # ----------------------------------------------------------------------------- the seccomp program
