@@ -139,6 +139,22 @@ def test_last_json_object():
     assert last_json_object("no object [1, 2] here") is None and last_json_object("") is None
 
 
+def test_a_hostile_reply_is_read_in_bounded_time_and_its_edits_cleaned(server, monkeypatch):
+    """The expert echoes what it was sent, so its reply is untrusted text too: nesting too deep for
+    the JSON decoder is no object, a flood of braces costs linear time, only the first 256 KiB are
+    read, and the edits enter the prompt without control or format characters, capped."""
+    deep = '{"aux": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    assert last_json_object(deep) is None
+    assert last_json_object("{" * 300_000) is None and last_json_object('{"a":' * 60_000) is None
+    assert last_json_object("x" * (1 << 20) + json.dumps(EDITS)) is None  # past the part that is read
+    assert last_json_object(json.dumps(EDITS) + "{" * (1 << 20)) == EDITS
+    hostile = {"aux": "use\u202e reversed\x1b[2J\U000e0041 text\r\nnext line\x85end", "main": "m" * (1 << 17)}
+    server.script("/chat/completions", openai_reply(json.dumps(hostile)))
+    (aux, main), _ = step(expert_env(server, monkeypatch))
+    assert "Edits suggested by an expert reviewer:\nuse reversed[2J text\nnext line\nend\n" in aux
+    assert "m" * (64 * 1024) + "\n" in main and "m" * (64 * 1024 + 1) not in main
+
+
 # ----------------------------------------------------------------------------- failures
 
 

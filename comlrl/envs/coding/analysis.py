@@ -21,11 +21,20 @@ including their blind spots (listed in docs/differences.md):
 - ``ignored_aux_call``: a line that is exactly ``aux`` + one whitespace + ``(`` + one character +
   ``)``, which almost never occurs, so the -0.5 penalty practically never fires (kept;
   ``ast_ignored_aux_calls`` is the corrected check).
+
+Every function here takes a completion as it came from the policy, so each is total and bounded:
+it returns for any ``str`` (NUL bytes, lone surrogates, any Unicode category) in time linear in
+its length, and a text longer than ``MAX_TEXT_CHARS`` (far beyond any generation length) defines
+nothing (``clean_functions`` returns ""). Python's parser is guarded: code nested too deeply for
+it (``RecursionError``, its stack-overflow ``MemoryError``) does not parse. The regular expressions
+are linear; the original's wrapper pattern (quadratic on a long run of word characters) is
+matched from word starts only, which finds the same match.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import List, Optional, Tuple
 
@@ -37,6 +46,15 @@ CHECK_BODY = re.compile(r"def check\(candidate\):(.*?)(?=\n\ndef|\Z)", re.DOTALL
 ASSERT_LINE = re.compile(r"assert\s+[^\n]*candidate[^\n]*")
 FIRST_PARAMS = re.compile(r"def\s+\w+\s*\(([^)]+)\)")
 AUX = "aux"
+AUX_ASSIGNMENT = re.compile(rf"(?<!\w)(\w+)\s*=\s*{AUX}\s*\(")
+"""The original's ``(\\w+)\\s*=\\s*aux\\s*\\(`` search, anchored at word starts: its leftmost match always
+starts there (one starting inside a word also matches from the word's start), so the match is the
+same, and a long run of word characters costs linear time instead of quadratic."""
+MAX_TEXT_CHARS = 256 * 1024
+"""A completion longer than this (in characters) defines nothing: analysis stays bounded."""
+PARSE_ERRORS = (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError)
+"""What ``ast.parse`` raises for text it cannot take: a syntax error, NUL bytes or lone surrogates
+(ValueError), nesting too deep for the parser (RecursionError, MemoryError)."""
 
 
 def _indent(line: str) -> int:
@@ -92,8 +110,14 @@ def _is_prose(line: str) -> bool:
 
 def clean_functions(text: Optional[str]) -> str:
     """Only the ``def`` blocks of ``text`` (see the module docstring)."""
-    if not text or not isinstance(text, str):
+    if not text or not isinstance(text, str) or len(text) > MAX_TEXT_CHARS:
         return ""
+    return _clean_functions(str.__str__(text))
+
+
+@functools.lru_cache(maxsize=64)
+def _clean_functions(text: str) -> str:
+    """Cached: the reward and the feedback ask for the same text several times."""
     text = re.sub(r"```python\s*\n?", "", text)
     text = re.sub(r"```\s*\n?", "", text)
     joined = "\n\n".join(_function_blocks(text.split("\n")))
@@ -146,15 +170,22 @@ def combine(aux_function: str, main_function: str, imports: str) -> str:
     return "\n\n".join(parts)
 
 
+@functools.lru_cache(maxsize=16)
+def parse(code: str) -> Tuple[Optional[ast.Module], Optional[Tuple[Optional[int], Optional[int], str]]]:
+    """(tree, None), or (None, (line, column, message)) for code Python's parser does not take
+    (``PARSE_ERRORS``: too deeply nested code is one). Cached: callers only read the tree."""
+    try:
+        return ast.parse(code), None
+    except SyntaxError as error:
+        return None, (error.lineno, error.offset, str(error.msg))
+    except PARSE_ERRORS as error:
+        reason = str(error) if isinstance(error, ValueError) else "the code is nested too deeply to parse"
+        return None, (None, None, reason or type(error).__name__)
+
+
 def syntax_error(code: str) -> Optional[Tuple[Optional[int], Optional[int], str]]:
     """None when ``code`` parses, else (line, column, message)."""
-    try:
-        ast.parse(code)
-    except SyntaxError as error:
-        return error.lineno, error.offset, str(error.msg)
-    except ValueError as error:  # e.g. null bytes
-        return None, None, str(error)
-    return None
+    return parse(code)[1]
 
 
 def extract_asserts(test_code: Optional[str], entry_point: Optional[str]) -> List[str]:
@@ -230,7 +261,7 @@ def is_thin_wrapper(main_function: str) -> bool:
     if len(body) == 1:
         return body[0].startswith("return ") and AUX in body[0]
     if len(body) == 2:
-        assigned = re.search(rf"(\w+)\s*=\s*{AUX}\s*\(", body[0])
+        assigned = AUX_ASSIGNMENT.search(body[0])
         return bool(assigned) and body[1] == f"return {assigned.group(1)}"
     return False
 
@@ -246,9 +277,8 @@ def ignored_aux_call(main_function: str) -> bool:
 
 
 def _function_body(main_function: str) -> Optional[List[ast.stmt]]:
-    try:
-        tree = ast.parse(main_function)
-    except (SyntaxError, ValueError):
+    tree = parse(main_function)[0]
+    if tree is None:
         return None
     functions = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
     return functions[0].body if functions else None
@@ -280,11 +310,13 @@ def ast_is_thin_wrapper(main_function: str) -> bool:
 def ast_ignored_aux_calls(main_function: str) -> List[str]:
     """Calls of ``aux`` whose result is thrown away: a bare ``aux(...)`` statement, or a name
     assigned from ``aux(...)`` that is never read afterwards (``"Line N: reason"`` each)."""
-    try:
-        tree = ast.parse(main_function or "")
-    except (SyntaxError, ValueError):
+    tree = parse(main_function or "")[0]
+    if tree is None:
         return []
-    loads = [(node.id, node.lineno) for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)]
+    last_read = {}  # name -> the last line that reads it
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            last_read[node.id] = max(node.lineno, last_read.get(node.id, 0))
     problems = []
     for node in ast.walk(tree):
         value = getattr(node, "value", None)
@@ -294,6 +326,6 @@ def ast_ignored_aux_calls(main_function: str) -> List[str]:
             problems.append(f"Line {node.lineno}: result of aux(...) is discarded")
         elif isinstance(node, ast.Assign):
             for target in node.targets:
-                if isinstance(target, ast.Name) and not any(name == target.id and line > node.lineno for name, line in loads):
+                if isinstance(target, ast.Name) and last_read.get(target.id, 0) <= node.lineno:
                     problems.append(f"Line {node.lineno}: aux(...) is assigned to {target.id} but {target.id} is never used")
     return sorted(problems)

@@ -49,6 +49,7 @@ from comlrl.adapters import (
     redact_url, validate_api_format,
 )
 from comlrl.envs.coding import analysis
+from comlrl.envs.sandbox.cleaning import clean_text
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +75,12 @@ PROVIDERS: Tuple[Provider, ...] = (
 )
 DEFAULT_TEMPERATURE = 0.3
 """Sampling temperature of an endpoint the table does not know (the original's OpenAI-compatible value)."""
+MAX_REPLY_CHARS = 256 * 1024
+"""Characters of an expert's reply searched for its JSON object."""
+MAX_JSON_ATTEMPTS = 512
+"""Braces of a reply that start no JSON object tried before the search stops."""
+EDIT_CAP = 64 * 1024
+"""Characters of an agent's edits kept in its next prompt (cleaned of control and format characters)."""
 
 
 class ExpertEditsError(RuntimeError):
@@ -211,14 +218,20 @@ def request_text(problem: str, aux_text: str, main_text: str, *, agents: int, en
 
 def last_json_object(text: str) -> Optional[dict]:
     """The last JSON object in ``text``: objects are read left to right, each scan resuming after
-    the end of the one found (so objects nested in strings of a found one are not candidates)."""
+    the end of the one found (so objects nested in strings of a found one are not candidates).
+    Bounded: only the first ``MAX_REPLY_CHARS`` are read, at most ``MAX_JSON_ATTEMPTS`` braces that
+    start no object are tried (each failure costs the decoder time linear in its position), and
+    JSON nested too deeply to decode is no object."""
     decoder = json.JSONDecoder()
     found: Optional[dict] = None
-    index = (text or "").find("{")
-    while index != -1:
+    text = (text or "")[:MAX_REPLY_CHARS]
+    index = text.find("{")
+    failures = 0
+    while index != -1 and failures < MAX_JSON_ATTEMPTS:
         try:
             value, end = decoder.raw_decode(text, index)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
+            failures += 1
             index = text.find("{", index + 1)
             continue
         if isinstance(value, dict):
@@ -231,7 +244,12 @@ def _field(reply: dict, name: str) -> str:
     value = reply.get(name)
     if value is None:
         return ""
-    return value if isinstance(value, str) else json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    if not isinstance(value, (dict, list)):
+        return value if isinstance(value, str) else str(value)
+    try:
+        return json.dumps(value)
+    except (ValueError, RecursionError):  # nested deeper than the encoder goes
+        return ""
 
 
 class ExpertEditor:
@@ -304,7 +322,7 @@ def expert_prompts(edits: Sequence[str], entry_point: str, prompt_history: Seque
     out = []
     for index, (name, role, edit) in enumerate(zip(names, roles, edits[-agents:])):
         lines = history(prompt_history[index], response_history[index], role)
-        lines += ["Edits suggested by an expert reviewer:", edit.strip() or "(none)", "",
+        lines += ["Edits suggested by an expert reviewer:", clean_text(edit, EDIT_CAP, multiline=True).strip() or "(none)", "",
                   f"Revise your {name}(...) accordingly. Output only the function code, nothing else."]
         out.append("\n".join(lines))
     return out

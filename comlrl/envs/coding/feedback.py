@@ -18,23 +18,37 @@ point: no aux definition, no aux usage.
 
 Feedback tests are the first ``sandbox_slice`` asserts (1 by default; 0 or "all": every assert;
 negative: the last ones), run in the sandbox with ``math`` in the globals, as the original.
+
+Whatever the completions hold, the transition returns prompts: the analysis is bounded
+(``analysis.py``), a job that fails is a report without passes, and a diagnosis that raises anyway
+is reported as "could not be analysed". Every piece of text the diagnosis produces (error types
+and messages, asserts, syntax errors, aux-usage notes) enters the prompt cleaned by Unicode
+category and capped (``comlrl.envs.sandbox.cleaning``); an agent's own earlier prompts and
+responses are shown as they were (lone surrogates aside). A job without any candidate code (no aux
+and no entry point found) depends on the row alone: its report is computed once per row.
 Differences: the wording of the prompts is comlrl's own; an aux result assigned and used later is
 reported as used (the original's AST walk reported it as "never used", docs/differences.md).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from comlrl.envs.base import RowIndex
+from comlrl.envs.base import DetailCache, RowIndex
 from comlrl.envs.coding import analysis
 from comlrl.envs.coding.expert import ExpertEditor, expert_prompts, request_text
 from comlrl.envs.coding.rewards import row_fields
-from comlrl.envs.sandbox import Sandbox, TestJob
+from comlrl.envs.sandbox import Sandbox, TestJob, TestReport
+from comlrl.envs.sandbox.cleaning import clean_text, valid_unicode
+from comlrl.envs.sandbox.jobs import MESSAGE_CAP, NAME_CAP
 
 MODES = ("level_feedback", "level_passed", "passed", "plain", "expert_edits")
 MODE_ALIASES = {"feedback": "level_feedback", "signals": "level_passed", "expert": "expert_edits", "edits": "expert_edits"}
+ASSERT_CAP = 2000
+"""Characters of an assert shown in a prompt."""
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -54,6 +68,7 @@ class CodeDiagnostics:
     tests_passed: int = 0
     tests_total: int = 0
     failures: List[Tuple[str, str, str]] = field(default_factory=list)  # (assert, error type, message)
+    skipped: List[str] = field(default_factory=list)  # asserts not run (after the timeouts, or the candidate gone)
     cases: List[str] = field(default_factory=list)  # the feedback asserts (run only when the code parses)
 
     @property
@@ -65,11 +80,13 @@ class CodeDiagnostics:
         if not self.syntax_ok:
             return [(case, "not run: the code does not parse") for case in self.cases]
         failed = {case: f"failed: {kind}" + (f": {message}" if message else "") for case, kind, message in self.failures}
+        failed.update((case, "not run") for case in self.skipped)
         return [(case, failed.get(case, "passed")) for case in self.cases]
 
 
 def diagnose(row: Mapping[str, Any], aux_text: str, main_text: str, *, sandbox: Sandbox, test_slice: Optional[int],
-             test_timeout_s: float, max_timeouts: int) -> CodeDiagnostics:
+             test_timeout_s: float, max_timeouts: int, code_free: Optional[DetailCache] = None) -> CodeDiagnostics:
+    """The diagnostics of one joint response; ``code_free`` keeps the reports of jobs without candidate code."""
     prompt, test, entry_point = row_fields(row)
     aux_function = analysis.extract_function(aux_text, analysis.AUX)
     main_function = analysis.extract_function(main_text, entry_point)
@@ -84,32 +101,54 @@ def diagnose(row: Mapping[str, Any], aux_text: str, main_text: str, *, sandbox: 
     asserts = analysis.extract_asserts(analysis.sliced_test_code(test, test_slice), entry_point)
     report.cases = list(asserts)
     if report.syntax_ok and asserts:
-        result = sandbox.run(TestJob(code=code, tests=asserts, seed_math=True, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts,
-                                     setup=analysis.prompt_imports(prompt)))
-        report.tests_total, report.tests_passed = len(asserts), result.passed
-        for case, outcome in zip(asserts, result.results):
-            if not result.loaded:
-                kind, _, message = (result.load_error or "Error: the code did not run").partition(": ")
-                report.failures.append((case, kind, message))
-            elif outcome.status == "timeout":
-                report.failures.append((case, "TimeoutException", outcome.error_message or "test execution timed out"))
-            elif outcome.status == "fail":
-                report.failures.append((case, outcome.error_type or "Error", outcome.error_message or ""))
+        job = TestJob(code=code, tests=asserts, seed_math=True, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts,
+                      setup=analysis.prompt_imports(prompt), entry_points=(entry_point,))
+        result = None
+        if code_free is not None and not (aux_function or main_function):  # no candidate code: the row's own outcome
+            key = (job.code, tuple(job.tests), job.setup, job.entry_points, job.test_timeout_s, job.max_timeouts)
+            result = code_free.get(key)
+            if result is None:
+                result = sandbox.run(job)
+                code_free.put(key, result)
+        result = result or sandbox.run(job)
+        _add_outcomes(report, asserts, result)
     return report
+
+
+def _add_outcomes(report: CodeDiagnostics, asserts: Sequence[str], result: TestReport) -> None:
+    report.tests_total, report.tests_passed = len(asserts), result.passed
+    for case, outcome in zip(asserts, result.results):
+        if not result.loaded:
+            kind, _, message = (result.load_error or "Error: the code did not run").partition(": ")
+            report.failures.append((case, kind, message))
+        elif outcome.status == "timeout":
+            report.failures.append((case, "TimeoutException", outcome.error_message or "test execution timed out"))
+        elif outcome.status == "fail":
+            report.failures.append((case, outcome.error_type or "Error", outcome.error_message or ""))
+        elif outcome.status == "not run":
+            report.skipped.append(case)
+
+
+def unanalysable(entry_point: str) -> CodeDiagnostics:
+    """The diagnostics shown when a joint response could not be analysed at all."""
+    why = "could not be analysed"
+    return CodeDiagnostics("", "", False, f"Aux function {why}", False, f"Main function ({entry_point}) {why}",
+                           (None, None, f"the code {why}"), False, [], False)
 
 
 # ----------------------------------------------------------------------------- prompt pieces
 
 
 def _history(prompts: Sequence[str], responses: Sequence[str], role: str) -> List[str]:
+    """An agent's own earlier prompts and responses, as they were (lone surrogates replaced)."""
     lines: List[str] = []
     if prompts:
         lines.append("Your earlier prompts:")
-        lines += [f"- Turn {t} prompt:\n{text}" for t, text in enumerate(prompts, start=1)]
+        lines += [f"- Turn {t} prompt:\n{valid_unicode(text)}" for t, text in enumerate(prompts, start=1)]
         lines.append("")
     if responses:
         lines.append(f"Your earlier {role} responses:")
-        lines += [f"- Turn {t} response:\n{text}" for t, text in enumerate(responses, start=1)]
+        lines += [f"- Turn {t} response:\n{valid_unicode(text)}" for t, text in enumerate(responses, start=1)]
         lines.append("")
     return lines
 
@@ -118,19 +157,20 @@ def _test_lines(d: CodeDiagnostics) -> List[str]:
     if d.tests_total == 0:
         return ["- Tests: no test cases found"]
     lines = [f"- Tests: {d.tests_passed}/{d.tests_total} passed"]
-    lines += [f"  Failed: {case} -> {kind}: {message}" for case, kind, message in d.failures]
+    lines += [f"  Failed: {clean_text(case, ASSERT_CAP)} -> {clean_text(kind, NAME_CAP)}: {clean_text(message, MESSAGE_CAP)}"
+              for case, kind, message in d.failures]
     return lines
 
 
 def _definition(found: bool, name: str, message: str) -> str:
-    return f"- {name} definition: {'FOUND' if found else 'MISSING'} ({message})"
+    return f"- {name} definition: {'FOUND' if found else 'MISSING'} ({clean_text(message, MESSAGE_CAP)})"
 
 
 def _syntax_lines(d: CodeDiagnostics) -> List[str]:
     if d.syntax_ok:
         return ["- Syntax: OK"]
     line, column, message = d.syntax_error
-    return [f"- Syntax: ERROR at line {line}, column {column}: {message}"]
+    return [f"- Syntax: ERROR at line {line}, column {column}: {clean_text(message, MESSAGE_CAP)}"]
 
 
 def _aux_use(d: CodeDiagnostics) -> str:
@@ -139,7 +179,7 @@ def _aux_use(d: CodeDiagnostics) -> str:
     if not d.aux_called:
         return "main does not call aux"
     if d.aux_misuse:
-        return "main calls aux but does not use the result (" + ", ".join(d.aux_misuse[:2]) + ")"
+        return "main calls aux but does not use the result (" + clean_text(", ".join(d.aux_misuse[:2]), MESSAGE_CAP) + ")"
     return "main calls aux and uses its result"
 
 
@@ -186,7 +226,7 @@ def level_passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Se
     syntax = "correct" if d.syntax_ok else "not correct"
     out = []
     for index, (name, function, found) in enumerate(_roles(d, entry_point, agents)):
-        lines = [first_prompts[index], "", f"Your previous {name}(...):", function or "<no implementation found>", "",
+        lines = [first_prompts[index], "", f"Your previous {name}(...):", valid_unicode(function) or "<no implementation found>", "",
                  "Signals:", f"- Implementation: {'found' if found else 'not found in the required form'}",
                  f"- Syntax: {syntax}", f"- Tests: {_test_signal(d)}"]
         if agents == 2 and name == entry_point:
@@ -204,7 +244,7 @@ def passed_prompts(d: CodeDiagnostics, entry_point: str, first_prompts: Sequence
     for index, (name, function, _) in enumerate(_roles(d, entry_point, agents)):
         lines = [first_prompts[index], ""] if original_prompt else []
         if previous_response:
-            lines += [f"Your previous {name}(...):", function or "<no implementation found>", ""]
+            lines += [f"Your previous {name}(...):", valid_unicode(function) or "<no implementation found>", ""]
         lines += [f"Signal: {signal}", "", f"Revise your {name}(...) if needed. Output only the function code."]
         out.append("\n".join(lines))
     return out
@@ -235,6 +275,8 @@ class CodeTransition:
     max_timeouts: int = 3
     agents: int = 2
     expert: Optional[ExpertEditor] = None
+    code_free: DetailCache = field(default_factory=DetailCache)
+    """Reports of the jobs without candidate code, by job (see ``diagnose``)."""
 
     def __call__(self, prompt: str, agent_completions: Sequence[str], num_agents: Optional[int] = None,
                  prompt_history_per_agent: Optional[List[List[str]]] = None,
@@ -261,8 +303,14 @@ class CodeTransition:
                               agents=n)
 
     def _diagnose(self, row: Mapping[str, Any], aux_text: str, main_text: str) -> CodeDiagnostics:
-        return diagnose(row, aux_text, main_text, sandbox=self.sandbox, test_slice=self.test_slice,
-                        test_timeout_s=self.test_timeout_s, max_timeouts=self.max_timeouts)
+        """``diagnose``; if it raises anyway (every analysis is bounded: this is the last line behind
+        it), diagnostics that say the code could not be analysed."""
+        try:
+            return diagnose(row, aux_text, main_text, sandbox=self.sandbox, test_slice=self.test_slice,
+                            test_timeout_s=self.test_timeout_s, max_timeouts=self.max_timeouts, code_free=self.code_free)
+        except Exception as error:  # noqa: BLE001 - this item gets its feedback, the batch goes on
+            logger.warning("code feedback: a joint response could not be analysed (%s: %.200s)", type(error).__name__, error)
+            return unanalysable(row_fields(row)[2])
 
     def _expert(self, row: Mapping[str, Any], aux_text: str, main_text: str, entry_point: str, prompts, responses) -> List[str]:
         if self.expert is None:

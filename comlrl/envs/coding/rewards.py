@@ -25,6 +25,7 @@ on their own, so the candidate runs twice per assert and a stateful one sees its
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -32,6 +33,7 @@ from comlrl.envs.coding import analysis
 from comlrl.envs.sandbox import Sandbox, TestJob, TestReport
 
 AUX_DEFINED, MAIN_DEFINED, SYNTAX_OK, AUX_USE, NON_WRAPPER, IGNORED_CALL = 0.4, 0.6, 0.5, 0.5, 1.0, 0.5
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,15 @@ class StaticPart:
 
 
 def row_fields(row: Mapping[str, Any]) -> Tuple[str, str, str]:
-    """(prompt, test, entry_point) of a code row."""
+    """(prompt, test, entry_point) of a code row (the entry point a Python identifier)."""
     try:
-        return str(row.get("prompt") or ""), str(row["test"]), str(row["entry_point"])
+        fields = str(row.get("prompt") or ""), str(row["test"]), str(row["entry_point"])
     except (KeyError, AttributeError, TypeError):
         raise ValueError(f"A code row needs 'prompt', 'test' and 'entry_point' fields; got {row!r:.120}.") from None
+    if not fields[2].isidentifier():
+        raise ValueError(f"A code row's entry_point must be a Python identifier (the function the tests call); got {fields[2]!r:.80} "
+                         f"in {row!r:.120}.")
+    return fields
 
 
 def static_part(c1: str, c2: str, row: Mapping[str, Any], fixes: CodeQuirkFixes, test_timeout_s: float, max_timeouts: int) -> StaticPart:
@@ -88,7 +94,7 @@ def static_part(c1: str, c2: str, row: Mapping[str, Any], fixes: CodeQuirkFixes,
     if not asserts:
         return StaticPart(details, reward, main_function, aux_function, None)
     job = TestJob(code=code, tests=asserts, test_timeout_s=test_timeout_s, max_timeouts=max_timeouts,
-                  pre_evaluate=not fixes.fix_assert_pre_evaluation, setup=analysis.prompt_imports(prompt))
+                  pre_evaluate=not fixes.fix_assert_pre_evaluation, setup=analysis.prompt_imports(prompt), entry_points=(entry_point,))
     return StaticPart(details, reward, main_function, aux_function, job)
 
 
@@ -137,7 +143,30 @@ def code_details(
     Keys: ``level_1``..``level_4`` (they add up to ``reward``), ``passed_tests``, ``total_tests``,
     ``timeouts``, and the flags and bonus terms behind them.
     """
-    parts = [static_part(c1, c2, row, fixes, test_timeout_s, max_timeouts) for (c1, c2), row in zip(joints, rows)]
-    pending = [i for i, part in enumerate(parts) if part.job is not None]
+    for row in rows:
+        row_fields(row)  # a malformed row is the configuration's error: it raises, unlike anything a completion holds
+    parts = [_guarded(static_part, c1, c2, row, fixes, test_timeout_s, max_timeouts) for (c1, c2), row in zip(joints, rows)]
+    pending = [i for i, part in enumerate(parts) if part is not None and part.job is not None]
     reports = dict(zip(pending, sandbox.run_many([parts[i].job for i in pending])))
-    return [finish(part, reports.get(i), fixes) for i, part in enumerate(parts)]
+    out = [None if part is None else _guarded(finish, part, reports.get(i), fixes) for i, part in enumerate(parts)]
+    return [details if details is not None else failed_details() for details in out]
+
+
+def failed_details() -> Dict[str, float]:
+    """The breakdown of a joint response whose analysis failed: every term 0 (a failing score)."""
+    keys = ("level_1", "level_2", "level_3", "level_4", "passed_tests", "total_tests", "timeouts", "aux_defined", "main_defined",
+            "syntax_ok", "aux_used", "is_wrapper", "ignored_aux_call", "aux_usage_bonus", "anti_wrapper_bonus", "ignored_call_penalty",
+            "reward")
+    return dict.fromkeys(keys, 0.0)
+
+
+def _guarded(step, *args):
+    """``step(*args)``, or None (logged) if it raised: one joint response's analysis never costs
+    the rest of the batch, whatever its text. Every analysis is bounded (``analysis.py``); this is
+    the last line behind it."""
+    try:
+        return step(*args)
+    except Exception as error:  # noqa: BLE001 - scored as failing, the others as usual
+        logger.warning("code reward: a joint response could not be analysed (%s: %.200s); it scores 0",
+                       type(error).__name__, error)
+        return None

@@ -4,7 +4,7 @@
 from comlrl.envs.sandbox import Sandbox, TestJob
 
 sandbox = Sandbox()                       # isolation "auto": bubblewrap, or SandboxUnavailableError
-report = sandbox.run(TestJob(code="def f(x):\\n    return x + 1", tests=["assert f(1) == 2"]))
+report = sandbox.run(TestJob(code="def f(x):\\n    return x + 1", tests=["assert f(1) == 2"], entry_points=("f",)))
 report.passed, report.total              # 1, 1
 reports = sandbox.run_many(jobs)          # a batch in parallel, one worker per CPU core
 sandbox.describe()                        # the isolation in use, for the run record
@@ -17,17 +17,18 @@ Each job is two processes that share no memory, descriptor or file:
   read-only minimal file system and a private size-limited tmpfs), with resource limits it cannot
   raise, runs the candidate's code and then only answers calls;
 - the **checker** (``checker.py``), a separate process of the trainer's user outside the sandbox,
-  runs each assert with every name the code defined replaced by a proxy that calls the candidate
-  over a pipe and gets plain data back (``wire.py``: None, bool, int, float, complex, str, bytes
-  and lists / tuples / dicts / sets of them; functions and iterators as references). The test
-  source, the expected values and the datasets never enter the candidate's process, and what it
-  sends is decoded with size and depth limits, so a completion's reward comes from its behaviour
-  alone: no harness to patch, no result channel to write to, no frame to walk, no ``__eq__`` to
-  override.
+  runs each assert in globals of the test module's own names and, for each of the job's entry
+  points, a proxy that calls the candidate over a pipe and gets plain data back (``wire.py``: None,
+  bool, int, float, complex, str, bytes and lists / tuples / dicts / sets of them; functions and
+  iterators as references). Each reply must be a valid answer to the request it answers
+  (``protocol.py``), else the assert fails. The test source, the expected values and the datasets
+  never enter the candidate's process, and what it sends is decoded with size and depth limits, so
+  a completion's reward comes from its behaviour alone: no harness to patch, no result channel to
+  write to, no frame to walk, no ``__eq__`` to override, no name of its own in the asserts.
 
-The trainer reads only the checker's result lines (capped, each parsed on its own), the candidate's
-stdout and stderr (capped), and kills both process groups at the end of every job (the wall-clock
-limit included). Isolation ``"none"`` is an explicit opt-out for trusted code: the checker split
+The trainer reads only the checker's result frames (capped, each parsed on its own, their text
+cleaned by ``cleaning.py``), the candidate's stdout and stderr (capped), and kills both process
+groups at the end of every job (the wall-clock limit included). Isolation ``"none"`` is an explicit opt-out for trusted code: the checker split
 still decides the reward, but nothing contains the candidate (see docs/security.md).
 """
 

@@ -2,28 +2,34 @@
 
 Started by ``comlrl.envs.sandbox`` as ``python -I -S -B checker.py REQUEST_FD REPLY_FD``, as the
 trainer's user but in a process of its own (its own session, resource limits, a clean environment),
-beside -- never inside -- the candidate's sandbox. Standard library only, plus ``wire.py``.
+beside -- never inside -- the candidate's sandbox. Standard library only, plus ``wire.py`` and
+``protocol.py``.
 
 It reads the job (``wire``-encoded) from stdin:
 
-    {"tests": [str], "pre": [(call, expected) or None] or None, "setup": str, "seed_math": bool,
-     "test_timeout_s": float, "max_timeouts": int, "load_timeout_s": float, "limits": {...}}
+    {"tests": [str], "entry_points": [str], "pre": [(call, expected) or None] or None, "setup": str,
+     "seed_math": bool, "test_timeout_s": float, "max_timeouts": int, "load_timeout_s": float, "limits": {...}}
 
-waits for the candidate's ``("loaded", values, modules)``, builds the test globals -- builtins,
-``math`` with ``seed_math``, the trusted ``setup`` (the task prompt's imports), then every other
-name the candidate defined: functions, iterators and iterables as proxies (``RemoteFunction`` ...)
-that call over the pipes, plain data as copies, modules only from ``SAFE_MODULES``, imported here.
-A candidate's name never replaces a builtin or a setup name, so it cannot redefine ``abs`` or
-``math`` for the asserts. Each assert then runs here with a per-test alarm, exactly as the original
-reward: after ``max_timeouts`` timeouts the rest are skipped; with ``pre`` (the trainer's split of
-``assert name(args) == expected``) ``name(args)`` and ``expected`` are first evaluated on their own.
+waits for the candidate's load reply and builds the asserts' globals: builtins, ``math`` with
+``seed_math``, the trusted ``setup`` (the task's imports: the test module's own names), then, for
+each entry point the candidate defined, a proxy (``RemoteFunction`` ...) that calls over the pipes
+(or the plain value the name holds). Nothing else the candidate defines is visible to the asserts,
+and an entry point never replaces a name of the test module. Each assert then runs here with a
+per-test alarm, exactly as the original reward: after ``max_timeouts`` timeouts the rest are
+skipped; with ``pre`` (the trainer's split of ``assert name(args) == expected``) ``name(args)`` and
+``expected`` are first evaluated on their own.
 
-What crosses from the candidate is decoded by ``wire.decode`` (plain data within size and depth
-limits); its exceptions become exceptions of the same builtin type (else a new ``Exception``
-subclass of that name) with the message capped; a reply that is malformed, out of sequence or too
-large means the candidate is broken: the test at hand and the rest are not run. Results go to
-stdout as ``wire`` frames of dicts: ``{"event": "load" | "test" | "candidate" | "done", ...}``.
-(It imports neither ``re`` nor ``json``: starting fast is part of the sandbox's cost.)
+Every reply is checked against the request it answers (``protocol.py``; ``Link.interpret``): its id
+and request, a reply kind that request allows, and a value of the right type (an iterator for
+``iter``, an int >= 0 for ``len``, a bool for ``bool``, mutated arguments that are the arguments
+passed). Anything else is a protocol violation: the assert at hand fails and the candidate is asked
+nothing more. A candidate's exception becomes an exception of the same builtin type (else a new
+``Exception`` subclass of that name), never StopIteration, SystemExit or KeyboardInterrupt, so
+nothing it sends is control flow here: only the answer ``end`` to a ``next`` ends an iteration.
+What crosses is decoded by ``wire.decode`` (plain data within size and depth limits) while the
+assert's alarm runs. Results go to stdout as ``wire`` frames of dicts:
+``{"event": "load" | "test" | "candidate" | "done", ...}``. (It imports neither ``re`` nor ``json``:
+starting fast is part of the sandbox's cost.)
 """
 
 from __future__ import annotations
@@ -36,48 +42,37 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import protocol  # noqa: E402
 import wire  # noqa: E402
 
 sys.path.pop(0)
 
-MESSAGE_CAP = 300
-NAME_CAP = 80
 GRACE_S = 0.5
-CONTROL = {code: "?" for code in list(range(0, 9)) + list(range(11, 32)) + [127]}
-SAFE_MODULES = frozenset((
-    "math", "cmath", "string", "re", "itertools", "functools", "operator", "collections", "heapq", "bisect",
-    "statistics", "fractions", "decimal", "random", "typing", "copy", "json", "datetime", "textwrap",
-    "unicodedata", "numbers", "array", "struct", "enum", "dataclasses", "hashlib", "collections.abc",
-))
+MAX_PROXIES = 1 << 16
+MAX_EXCEPTION_TYPES = 256
+"""Exception classes made for the candidate's own exception names (more are plain ``Exception``)."""
+CONTROL_FLOW = (StopIteration, StopAsyncIteration)
 
 
 class TestTimeout(BaseException):
     """Raised by the per-test alarm (a BaseException, as in the candidate)."""
 
 
-class CandidateGone(Exception):
-    """The candidate exited, or broke the protocol: it can answer nothing more."""
+class CandidateGone(BaseException):
+    """The candidate exited, stopped answering, or broke the protocol: it is asked nothing more.
 
-
-def clean(text: object, cap: int = MESSAGE_CAP) -> str:
-    """``text`` as a capped, valid-UTF-8 string without control characters (newline and tab kept)."""
-    text = text if isinstance(text, str) else repr(text)
-    return text[:cap].encode("utf-8", "replace").decode("utf-8").translate(CONTROL)
+    A BaseException, so that no ``except Exception`` and no C-level fallback of the assert's code
+    (a length hint swallowing TypeError, ``getattr``'s default swallowing AttributeError) can turn it
+    into anything but the end of the assert."""
 
 
 _DYNAMIC = {}
 
 
-CONTROL_FLOW = (StopIteration, StopAsyncIteration)
-
-
-def remote_exception(name: object, message: object) -> Exception:
+def remote_exception(name: str, message: str) -> Exception:
     """An exception standing for the candidate's: the builtin ``Exception`` type of that name, else
     a new ``Exception`` subclass called ``name`` -- so a candidate's StopIteration, SystemExit or
-    KeyboardInterrupt is an ordinary error here, never control flow of the asserts. Its message is
-    the candidate's, capped."""
-    name = name if isinstance(name, str) and name.isidentifier() and len(name) <= NAME_CAP else "Exception"
-    message = clean(message)
+    KeyboardInterrupt is an ordinary error here, never control flow of the asserts."""
     kind = getattr(builtins, name, None)
     exc = None
     if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, CONTROL_FLOW):
@@ -86,8 +81,10 @@ def remote_exception(name: object, message: object) -> Exception:
         except Exception:  # noqa: BLE001 - a builtin that takes other arguments (UnicodeDecodeError ...)
             exc = None
     if exc is None:
-        kind = _DYNAMIC.setdefault(name, type(name, (Exception,), {"__module__": "sandbox"}))
-        exc = kind(message)
+        kind = _DYNAMIC.get(name)
+        if kind is None and len(_DYNAMIC) < MAX_EXCEPTION_TYPES:
+            kind = _DYNAMIC[name] = type(name, (Exception,), {"__module__": "sandbox"})
+        exc = (kind or Exception)(message)
     exc.sandbox_message = message
     return exc
 
@@ -115,16 +112,10 @@ class Remote:
         return f"<sandboxed {type(self).__name__} {self._name or self._handle}>"
 
     def __bool__(self) -> bool:
-        value = self._link.request("bool", self._handle)
-        if type(value) is not bool:
-            raise TypeError("__bool__ should return bool")
-        return value
+        return self._link.request("bool", self._handle)
 
     def __len__(self) -> int:
-        value = self._link.request("len", self._handle)
-        if type(value) is not int or value < 0:
-            raise TypeError("__len__ should return a non-negative int")
-        return value
+        return self._link.request("len", self._handle)
 
 
 class RemoteFunction(Remote):
@@ -155,29 +146,51 @@ class RemoteIterable(Remote):
 
 
 PROXIES = {cls.kind: cls for cls in (Remote, RemoteFunction, RemoteIterator, RemoteIterable)}
+PLAIN_MUTABLE = (list, dict, set)
 
 
 def mirror(old: object, new: object) -> None:
     """Copy the candidate's post-call state of a mutable argument into the checker's own object."""
-    if isinstance(old, (list, bytearray)) and isinstance(new, (list, bytes)) and isinstance(old, list) == isinstance(new, list):
+    if isinstance(old, list):
         old[:] = new
-    elif isinstance(old, dict) and isinstance(new, dict) or isinstance(old, set) and isinstance(new, set):
+    else:
         old.clear()
         old.update(new)
 
 
+def _valid_text(value: object, cap: int) -> bool:
+    return type(value) is str and len(value) <= cap
+
+
 class Link:
-    """The checker's end of the two pipes: numbered requests, replies checked and decoded."""
+    """The checker's end of the two pipes: numbered requests, each reply checked against its request."""
+
+    VALUE_CHECKS = {
+        "call": lambda link, value: True,
+        "next": lambda link, value: True,
+        "iter": lambda link, value: type(value) is RemoteIterator and value._link is link,
+        "len": lambda link, value: type(value) is int and 0 <= value <= sys.maxsize,
+        "bool": lambda link, value: type(value) is bool,
+    }
+    """op -> whether a ``value`` reply holds a valid answer to it (see protocol.REQUESTS)."""
 
     def __init__(self, request_fd: int, reply_fd: int):
         self.request_fd = request_fd
         self.reply_fd = reply_fd
-        self.seq = 0
+        self.rid = 0
         self.deadline = None
         self.dead = None  # why the candidate can answer no more
+        self.violated = False
+        self.proxies = {}
 
     def make_ref(self, kind: bytes, handle: int) -> Remote:
-        return PROXIES[kind](self, handle)
+        """One proxy per reference, so ``is`` works on what the candidate returns twice."""
+        proxy = self.proxies.get((kind, handle))
+        if proxy is None:
+            if len(self.proxies) >= MAX_PROXIES:
+                raise wire.WireError(f"more than {MAX_PROXIES} references")
+            proxy = self.proxies[(kind, handle)] = PROXIES[kind](self, handle)
+        return proxy
 
     def as_ref(self, obj: object) -> wire.Ref | None:
         if isinstance(obj, Remote) and obj._link is self:
@@ -188,21 +201,41 @@ class Link:
         self.dead = self.dead or why
         raise CandidateGone(self.dead)
 
-    def receive(self, seq: int, deadline: float) -> tuple:
-        """The reply numbered ``seq`` (older replies, left by a timed-out request, are skipped)."""
+    def violation(self, why: str) -> None:
+        """A reply that is no valid answer: the assert at hand fails, nothing more is asked."""
+        if not self.dead:
+            self.violated = True
+        self.fail(f"protocol violation: {why}")
+
+    @staticmethod
+    def _unalarmed(function, *args):
+        """``function(*args)`` with SIGALRM held back: a frame is read or written whole or not at all."""
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        try:
+            return function(*args)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def receive(self, rid: int, op: str, deadline: float) -> tuple:
+        """The reply to request ``rid`` (``op``); late replies to earlier requests that timed out
+        here are skipped. The frame is decoded under the assert's alarm."""
         while True:
             try:
-                message = wire.decode(wire.read_frame(self.reply_fd, deadline), make_ref=self.make_ref)
+                frame = self._unalarmed(wire.read_frame, self.reply_fd, deadline)
             except wire.ChannelClosed:
                 self.fail("exited")
             except wire.WireError as exc:
-                self.fail(f"protocol error: {exc}")
-            if not (isinstance(message, tuple) and len(message) >= 2 and isinstance(message[0], str) and type(message[1]) is int):
-                self.fail("protocol error: a malformed reply")
-            if message[1] < seq:
+                self.violation(str(exc))
+            try:
+                message = wire.decode(frame, make_ref=self.make_ref)
+            except wire.WireError as exc:
+                self.violation(str(exc))
+            if not (type(message) is tuple and len(message) >= 3 and type(message[1]) is int):
+                self.violation("a reply that is not (kind, request id, request, ...)")
+            if 0 < message[1] < rid:
                 continue
-            if message[1] > seq:
-                self.fail("protocol error: a reply out of sequence")
+            if message[1] != rid or message[2] != op:
+                self.violation(f"a reply to another request than #{rid} ({op})")
             return message
 
     def request(self, op: str, handle: int, args: tuple = (), kwargs: dict | None = None) -> object:
@@ -212,47 +245,67 @@ class Link:
         budget = self.deadline - time.monotonic()
         if budget <= 0:
             raise TestTimeout("test execution timed out")
-        self.seq += 1
-        seq = self.seq
+        self.rid += 1
         try:
-            payload = wire.encode((op, seq, handle, tuple(args), kwargs, budget), self.as_ref)
+            payload = wire.encode((op, self.rid, handle, tuple(args), kwargs, budget), self.as_ref)
         except wire.WireError as exc:
             raise TypeError(f"cannot pass this argument to the sandboxed candidate: {exc}") from None
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
         try:
-            try:
-                wire.write_frame(self.request_fd, payload, self.deadline + GRACE_S)
-            except TimeoutError:
-                self.fail("unresponsive: it stopped reading its requests")  # a frame may be half written
-            except wire.ChannelClosed:
-                self.fail("exited")
-            try:
-                reply = self.receive(seq, self.deadline + GRACE_S)
-            except TimeoutError:
-                raise TestTimeout("test execution timed out") from None
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        return self.interpret(reply, args, kwargs)
+            self._unalarmed(wire.write_frame, self.request_fd, payload, self.deadline + GRACE_S)
+        except TimeoutError:
+            self.fail("unresponsive: it stopped reading its requests")  # a frame may be half written
+        except wire.ChannelClosed:
+            self.fail("exited")
+        try:
+            reply = self.receive(self.rid, op, self.deadline + GRACE_S)
+        except TimeoutError:
+            raise TestTimeout("test execution timed out") from None
+        return self.interpret(op, reply, args, kwargs)
 
-    def interpret(self, reply: tuple, args: tuple, kwargs: dict) -> object:
+    def interpret(self, op: str, reply: tuple, args: tuple = (), kwargs: dict | None = None) -> object:
+        """What ``reply`` means as the answer to ``op``, or a protocol violation."""
         kind = reply[0]
-        if kind == "return" and len(reply) == 5 and isinstance(reply[3], list) and isinstance(reply[4], dict):
-            for item in reply[3]:
-                if isinstance(item, tuple) and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(args):
-                    mirror(args[item[0]], item[1])
-            for key, value in reply[4].items():
-                if key in kwargs:
-                    mirror(kwargs[key], value)
-            return reply[2]
-        if kind == "stop" and len(reply) == 2:
+        if kind not in protocol.REQUESTS[op] or len(reply) != 3 + protocol.REPLY_FIELDS[kind]:
+            shown = kind[:20] if type(kind) is str else f"a {type(kind).__name__}"
+            self.violation(f"{shown!r} is not an answer to {op!r}")
+        if kind == "value":
+            value, mutated, kw_mutated = reply[3:]
+            if op != protocol.LOAD and not self.VALUE_CHECKS[op](self, value):
+                self.violation(f"a {type(value).__name__} is not an answer to {op!r}")
+            self._mirror(args, kwargs or {}, mutated, kw_mutated)
+            return value
+        if kind == "end":
             raise StopIteration
-        if kind == "timeout" and len(reply) == 2:
+        if kind == "timeout":
             raise TestTimeout("test execution timed out")
-        if kind == "raise" and len(reply) == 4:
-            raise remote_exception(reply[2], reply[3])
-        if kind == "error" and len(reply) == 3:
-            raise TypeError(clean(reply[2]))
-        self.fail("protocol error: an unknown reply")
+        if kind == "raised":
+            name, message = reply[3:]
+            if not (_valid_text(name, protocol.NAME_CAP) and name.isidentifier() and _valid_text(message, protocol.MESSAGE_CAP)):
+                self.violation("an exception's name or message out of bounds")
+            raise remote_exception(name, message)
+        if not _valid_text(reply[3], protocol.MESSAGE_CAP):
+            self.violation("an unsendable reason out of bounds")
+        raise TypeError(f"the sandboxed candidate's value could not be sent: {reply[3]}")
+
+    def _mirror(self, args: tuple, kwargs: dict, mutated: object, kw_mutated: object) -> None:
+        """Apply the candidate's in-place changes to the arguments passed: each must name a list,
+        dict or set argument once and hold a value of the same plain type."""
+        if type(mutated) is not list or type(kw_mutated) is not dict:
+            self.violation("mutated arguments that are not a list and a dict")
+        changes = []
+        for item in mutated:
+            if not (type(item) is tuple and len(item) == 2 and type(item[0]) is int and 0 <= item[0] < len(args)):
+                self.violation("a mutated argument that was not passed")
+            changes.append((item[0], args[item[0]], item[1]))
+        changes += [(key, kwargs.get(key), value) for key, value in kw_mutated.items()]
+        if len({key for key, _, _ in changes}) != len(changes):
+            self.violation("an argument mutated twice")
+        for key, old, new in changes:
+            plain = next((kind for kind in PLAIN_MUTABLE if isinstance(old, kind)), None)
+            if plain is None or type(new) is not plain or (isinstance(key, str) and key not in kwargs):
+                self.violation("a mutated argument of another type than the one passed")
+        for _, old, new in changes:
+            mirror(old, new)
 
 
 # ----------------------------------------------------------------------------- the job
@@ -264,8 +317,11 @@ def emit(record: dict) -> None:
 
 
 def error_fields(exc: BaseException) -> dict:
+    """The failed assert's error: type name and message, capped (the trainer cleans them)."""
     message = getattr(exc, "sandbox_message", None)
-    return {"error_type": clean(type(exc).__name__, NAME_CAP), "error_message": clean(message if message is not None else str(exc))}
+    name = type(exc).__name__
+    return {"error_type": name[:protocol.NAME_CAP] if isinstance(name, str) else "Exception",
+            "error_message": message if message is not None else protocol.exception_message(exc)}
 
 
 def set_limits(limits: dict) -> None:
@@ -276,40 +332,39 @@ def set_limits(limits: dict) -> None:
             resource.setrlimit(which, (value, value) if hard == resource.RLIM_INFINITY or value <= hard else (hard, hard))
 
 
-def wait_loaded(link: Link, timeout_s: float) -> tuple | None:
-    """The candidate's load reply: (values, modules), or None after emitting why it did not load."""
+def wait_loaded(link: Link, entry_points: list, timeout_s: float) -> dict | None:
+    """The entry points the candidate defined ({name: value}), or None after emitting why it did not load."""
     try:
-        message = link.receive(0, time.monotonic() + timeout_s)
+        reply = link.receive(0, protocol.LOAD, time.monotonic() + timeout_s)
+        exports = link.interpret(protocol.LOAD, reply)
+        if type(exports) is not dict or not all(type(name) is str and name in entry_points for name in exports):
+            link.violation("a load reply with names that are not the entry points")
+        return exports
     except (CandidateGone, TimeoutError) as exc:
+        if link.violated:
+            emit({"event": "load", "ok": False, "error_type": "ProtocolViolation", "error_message": link.dead})
         emit({"event": "candidate", "state": link.dead or f"no load reply ({exc})"})
-        return None
-    if message[0] == "loaded" and len(message) == 4 and isinstance(message[2], dict) and isinstance(message[3], dict):
-        return message[2], message[3]
-    if message[0] == "load_error" and len(message) == 4:
-        exc = remote_exception(message[2], message[3])
-    else:
-        exc = remote_exception("SandboxError", "the candidate's names could not be sent: " + clean(message[-1]))
-    emit({"event": "load", "ok": False, **error_fields(exc)})
+    except Exception as exc:  # noqa: BLE001 - the candidate's code raised while loading
+        emit({"event": "load", "ok": False, **error_fields(exc)})
     return None
 
 
-def test_globals(job: dict, values: dict, modules: dict) -> dict:
-    """Builtins, ``math`` (seed_math), the trusted setup, then the candidate's own names."""
+def test_globals(job: dict, exports: dict) -> dict:
+    """Builtins, ``math`` (seed_math), the trusted setup (the test module's names), then a proxy (or
+    the value) of each entry point the candidate defined that the test module does not define itself."""
     env = {"__builtins__": builtins}
     if job.get("seed_math"):
         import math
 
         env["math"] = math
     exec(job.get("setup") or "", env)
-    protected = set(env) | set(dir(builtins))
-    for name, value in values.items():
-        if isinstance(name, str) and name.isidentifier() and name not in protected:
-            if isinstance(value, Remote):
+    own = set(env)
+    for name in job["entry_points"]:
+        if name in exports and name not in own:
+            value = exports[name]
+            if isinstance(value, Remote) and not value._name:
                 value._name = name
             env[name] = value
-    for name, module in modules.items():
-        if isinstance(name, str) and name.isidentifier() and name not in protected and module in SAFE_MODULES:
-            env[name] = __import__(module, fromlist=["_"])
     return env
 
 
@@ -364,7 +419,9 @@ def run_tests(job: dict, env: dict, link: Link) -> None:
         except BaseException as exc:  # noqa: BLE001 - the assert failed, however
             alarm.stop()
             record.update(status="fail", **error_fields(exc))
-        if link.dead:  # the candidate went away during this test: it is not run, nor are the rest
+        if link.dead:  # the candidate went away or broke the protocol during this test: the rest are not run
+            if link.violated:
+                emit(dict(record, status="fail", error_type="ProtocolViolation", error_message=link.dead))
             emit({"event": "candidate", "state": link.dead})
             return
         emit(record)
@@ -377,17 +434,17 @@ def main() -> None:
     os.set_blocking(request_fd, False)
     os.set_blocking(reply_fd, False)
     link = Link(request_fd, reply_fd)
-    loaded = wait_loaded(link, float(job.get("load_timeout_s", 60.0)))
-    if loaded is not None:
+    exports = wait_loaded(link, list(job["entry_points"]), float(job.get("load_timeout_s", 60.0)))
+    if exports is not None:
         try:
-            env = test_globals(job, *loaded)
+            env = test_globals(job, exports)
         except BaseException as exc:  # noqa: BLE001 - the trusted setup itself failed: nothing can pass
             emit({"event": "load", "ok": False, **error_fields(exc)})
         else:
             emit({"event": "load", "ok": True})
             run_tests(job, env, link)
     try:
-        wire.write_frame(request_fd, wire.encode(("exit",)), time.monotonic() + 0.05)
+        wire.write_frame(request_fd, wire.encode(("exit", link.rid + 1)), time.monotonic() + 0.05)
     except (OSError, TimeoutError, wire.ChannelClosed):
         pass
     emit({"event": "done"})

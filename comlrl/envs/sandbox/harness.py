@@ -2,14 +2,14 @@
 
 Started by ``comlrl.envs.sandbox`` as ``python -I -S -B harness.py REQUEST_FD REPLY_FD`` inside the
 isolation (bubblewrap: its own user, PID, network, IPC and mount namespaces; or none). Standard
-library only; it imports nothing of comlrl but ``wire.py`` beside it. It never sees a test: the
-asserts run in the checker process, which calls into this one over the two pipes and gets back
-plain data only (``wire.py``), so nothing the candidate does here can decide a pass.
+library only; it imports nothing of comlrl but ``wire.py`` and ``protocol.py`` beside it. It never
+sees a test: the asserts run in the checker process, which calls into this one over the two pipes
+and gets back plain data only (``wire.py``), so nothing the candidate does here can decide a pass.
 
 Steps, all before any candidate code runs:
 
-1. read the job (``wire``-encoded dict: code, seed_math, limits, deny_read, allow_read, drop_root)
-   from stdin;
+1. read the job (``wire``-encoded dict: code, exports, seed_math, limits, deny_read, allow_read,
+   drop_root) from stdin;
 2. close every inherited descriptor but stdio and the two pipes;
 3. with ``drop_root`` (bubblewrap), when started as root (a root trainer's sandbox), drop to
    uid/gid 65534 with no supplementary groups; refuse to go on as root;
@@ -21,21 +21,19 @@ Steps, all before any candidate code runs:
    contains the candidate -- the namespaces and the unprivileged uid are -- and it can be switched
    off from Python; the security tests do exactly that.
 
-Then ``exec`` the code in fresh globals (``{"math": math}`` with ``seed_math``), reply
-``("loaded", {name: value or reference}, {name: module name})`` or ``("load_error", type, message)``,
-and serve requests until ``("exit",)`` or end of input:
-
-    ("call", seq, handle, args, kwargs, budget_s) -> ("return", seq, value, mutated args, mutated kwargs)
-    ("next", seq, handle, (), {}, budget_s)       -> ("return", seq, value, [], {}) | ("stop", seq)
-    ("iter", seq, handle, (), {}, budget_s)       -> ("return", seq, iterator reference, [], {})
-    ("len" | "bool", seq, handle, (), {}, budget_s) -> ("return", seq, int | bool, [], {})
-    any of them                                   -> ("raise", seq, type name, message)
-                                                   | ("timeout", seq) | ("error", seq, message)
+Then ``exec`` the code in fresh globals (``{"math": math}`` with ``seed_math``), answer the load
+with the job's ``exports`` (the entry points the asserts call: only those names, as values or
+references) or with the exception that stopped it, and serve the checker's requests until
+``("exit", rid)`` or end of input, each with one of the replies ``protocol.py`` allows for it
+(``Server.OPS``): a value, the end of an iteration (``next`` only), a raised exception, a timeout,
+or a value that could not be sent.
 
 Each request runs under a ``budget_s`` alarm that raises ``TestTimeout`` (a BaseException, so
 ``except Exception`` in candidate code does not swallow it). Functions, iterators, other iterables
-and any other object that is not plain data travel as references kept in a table here; lists, dicts, sets and bytearrays passed as
-arguments come back after the call, so the checker can mirror in-place mutation.
+and any other object that is not plain data travel as references kept in a table here; lists,
+dicts and sets passed as arguments come back after a call, so the checker can mirror in-place
+mutation. None of this is trusted: the candidate's code runs in this process and can rewrite any
+of it, which is why the checker checks every reply against the request it answers.
 """
 
 from __future__ import annotations
@@ -45,6 +43,7 @@ import _signal as signal  # the C module: the signal wrapper imports enum, ~5 ms
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import protocol  # noqa: E402
 import wire  # noqa: E402
 
 sys.path.pop(0)
@@ -52,7 +51,6 @@ sys.path.pop(0)
 import resource  # noqa: E402
 
 NOBODY = 65534
-MESSAGE_CAP = 300
 MAX_HANDLES = 4096
 
 PROCESS_EVENTS = {
@@ -180,11 +178,19 @@ def set_limits(limits: dict) -> None:
 # ----------------------------------------------------------------------------- the server
 
 
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)[:MESSAGE_CAP]
-    except BaseException:  # a hostile __str__
-        return "<the exception's message could not be read>"
+MUTABLE = (list, dict, set)
+"""Argument types whose state after a call goes back to the checker (which mirrors it); the checker
+sends them as exactly these types (a reference to a candidate object is never one of them)."""
+
+
+def _kind(obj: object) -> bytes:
+    """The reference kind of an object that is not plain data."""
+    kind = type(obj)
+    if hasattr(kind, "__next__"):
+        return b"i"
+    if callable(obj):
+        return b"f"
+    return b"r" if hasattr(kind, "__iter__") else b"o"
 
 
 class Server:
@@ -202,17 +208,8 @@ class Server:
             self.armed = False
             raise TestTimeout("test execution timed out")
 
-    def as_ref(self, obj: object) -> wire.Ref:
+    def as_ref(self, obj: object, kind: bytes | None = None) -> wire.Ref:
         """A reference for an object that is not plain data: a function, iterator, iterable or other."""
-        kind = type(obj)
-        if hasattr(kind, "__next__") and hasattr(kind, "__iter__"):
-            letter = b"i"
-        elif callable(obj):
-            letter = b"f"
-        elif hasattr(kind, "__iter__"):
-            letter = b"r"
-        else:
-            letter = b"o"
         handle = self.handles.get(id(obj))
         if handle is None:
             if len(self.objects) >= MAX_HANDLES:
@@ -220,21 +217,17 @@ class Server:
             handle = len(self.objects)
             self.objects.append(obj)
             self.handles[id(obj)] = handle
-        return wire.Ref(letter, handle)
+        return wire.Ref(kind or _kind(obj), handle)
 
     def lookup(self, kind: bytes, handle: int) -> object:
         if handle >= len(self.objects):
             raise wire.WireError(f"no object {handle}")
         return self.objects[handle]
 
-    def send(self, message: tuple) -> None:
-        try:
-            payload = wire.encode(message, self.as_ref)
-        except BaseException as exc:  # noqa: BLE001 - an unencodable or hostile value: say so instead
-            payload = wire.encode(("error", message[1], f"the reply could not be sent: {_message(exc)}"))
-        wire.write_frame(self.reply_fd, payload)
+    def reply(self, *message: object) -> None:
+        wire.write_frame(self.reply_fd, wire.encode(message))
 
-    def load(self, code: str, seed_math: bool) -> bool:
+    def load(self, code: str, seed_math: bool, exports: list) -> bool:
         env = {}
         if seed_math:
             import math
@@ -243,63 +236,54 @@ class Server:
         try:
             exec(code, env)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the code did not load
-            self.send(("load_error", 0, type(exc).__name__[:80], _message(exc)))
+            self.reply("raised", 0, protocol.LOAD, protocol.exception_name(exc), protocol.exception_message(exc))
             return False
-        values, modules = {}, {}
-        for name, value in list(env.items()):
-            if not isinstance(name, str) or (name.startswith("__") and name.endswith("__")):
-                continue
-            if isinstance(value, type(sys)):
-                modules[name] = str(getattr(value, "__name__", ""))
-                continue
-            try:
-                wire.encode(value, self.as_ref, max_bytes=1 << 20)
-            except BaseException:  # noqa: BLE001 - not plain data and no function: the checker never sees it
-                continue
-            values[name] = value
-        self.send(("loaded", 0, values, modules))
+        values = {}
+        for name in exports:
+            if name in env:
+                try:
+                    wire.encode(env[name], self.as_ref, max_bytes=1 << 20)
+                except BaseException:  # noqa: BLE001 - a value that cannot be sent: the asserts do not see it
+                    continue
+                values[name] = env[name]
+        wire.write_frame(self.reply_fd, wire.encode(("value", 0, protocol.LOAD, values, [], {}), self.as_ref))
         return True
 
-    def _invoke(self, op: str, target: object, args: tuple, kwargs: dict) -> object:
-        if op == "call":
-            return target(*args, **kwargs)
-        if op == "next":
-            return next(target)
-        if op == "iter":
-            return iter(target)
-        if op == "len":
-            return len(target)
-        if op == "bool":
-            return bool(target)
-        raise wire.WireError(f"unknown request {op!r}")
+    # op -> how the candidate answers it (the reply kinds each may give are in protocol.REQUESTS)
+    OPS = {
+        "call": lambda target, args, kwargs: target(*args, **kwargs),
+        "next": lambda target, args, kwargs: next(target),
+        "iter": lambda target, args, kwargs: iter(target),
+        "len": lambda target, args, kwargs: len(target),
+        "bool": lambda target, args, kwargs: bool(target),
+    }
 
-    def answer(self, op: str, seq: int, target: object, args: tuple, kwargs: dict, budget: float) -> None:
-        """Run one request under its alarm and build the reply (the alarm also covers the reply's
+    def answer(self, op: str, rid: int, target: object, args: tuple, kwargs: dict, budget: float) -> bytes:
+        """Run one request under its alarm and build its reply (the alarm also covers the reply's
         encoding, so a value that is slow to write times out too)."""
         signal.setitimer(signal.ITIMER_REAL, max(float(budget), 0.001))
         self.armed = True
         try:
             try:
-                value = self._invoke(op, target, args, kwargs)
+                value = self.OPS[op](target, args, kwargs)
             except StopIteration:
                 if op != "next":
                     raise
-                reply = ("stop", seq)
-            else:
-                mutated = [(i, a) for i, a in enumerate(args) if isinstance(a, (list, dict, set, bytearray))]
-                kw_mutated = {k: a for k, a in kwargs.items() if isinstance(a, (list, dict, set, bytearray))}
-                reply = ("return", seq, value, mutated, kw_mutated)
-            payload = wire.encode(reply, self.as_ref)
+                return wire.encode(("end", rid, op))
+            mutated = [(i, a) for i, a in enumerate(args) if type(a) in MUTABLE]  # what the checker sent: plain types
+            kw_mutated = {k: a for k, a in kwargs.items() if type(a) in MUTABLE}
+            if op == "iter":  # whatever iter() returned is an iterator (it checks): say so
+                value = self.as_ref(value, b"i")
+            return wire.encode(("value", rid, op, value, mutated, kw_mutated), self.as_ref)
         except TestTimeout:
-            payload = wire.encode(("timeout", seq))
+            return wire.encode(("timeout", rid, op))
         except wire.WireError as exc:
-            payload = wire.encode(("error", seq, _message(exc)))
+            return wire.encode(("unsendable", rid, op, protocol.exception_message(exc)))
         except BaseException as exc:  # noqa: BLE001 - the candidate's own error, reported as such
-            payload = wire.encode(("raise", seq, type(exc).__name__[:80], _message(exc)))
+            return wire.encode(("raised", rid, op, protocol.exception_name(exc), protocol.exception_message(exc)))
         finally:
             self.armed = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-        wire.write_frame(self.reply_fd, payload)
 
     def serve(self) -> None:
         signal.signal(signal.SIGALRM, self._alarm)
@@ -310,13 +294,12 @@ class Server:
                 return
             if message[0] == "exit":
                 return
-            op, seq, handle, args, kwargs, budget = message
+            op, rid, handle, args, kwargs, budget = message
             try:
-                target = self.lookup(b"", handle)
+                payload = self.answer(op, rid, self.lookup(b"", handle), args, kwargs, budget)
             except wire.WireError as exc:
-                wire.write_frame(self.reply_fd, wire.encode(("error", seq, _message(exc))))
-                continue
-            self.answer(op, seq, target, args, kwargs, budget)
+                payload = wire.encode(("unsendable", rid, op, protocol.exception_message(exc)))
+            wire.write_frame(self.reply_fd, payload)
 
 
 def main() -> None:
@@ -331,7 +314,7 @@ def main() -> None:
     server = Server(request_fd, reply_fd)
     sys.addaudithook(Guard(os.getcwd(), job.get("deny_read", []), job.get("allow_read", [])))
     try:
-        if server.load(job["code"], job.get("seed_math", False)):
+        if server.load(job["code"], job.get("seed_math", False), list(job.get("exports", []))):
             server.serve()
     except (wire.ChannelClosed, OSError):
         pass  # the checker has gone: nothing is left to answer

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence
 
-from comlrl.envs.sandbox import wire
+from comlrl.envs.sandbox import protocol, wire
+from comlrl.envs.sandbox.cleaning import clean_text
 
-MESSAGE_CAP = 300
+MESSAGE_CAP = protocol.MESSAGE_CAP
 """Characters kept of an error message (it reaches the next turn's feedback prompt)."""
-NAME_CAP = 80
+NAME_CAP = protocol.NAME_CAP
 """Characters kept of an error type's name."""
 LINE_CAP = 4096
 """Longest result frame read from the checker."""
@@ -49,14 +50,16 @@ class TestJob:
     """One candidate program and the asserts to run against it.
 
     The ``code`` runs in the sandbox; the ``tests`` and the ``setup`` never enter it: they run in
-    the checker, where every name the code defines is a proxy that calls into the sandbox."""
+    the checker, in globals that hold the builtins, the ``setup``'s names and, for each of the
+    ``entry_points`` the code defines, a proxy that calls into the sandbox. No other name of the
+    code is visible to the tests."""
 
     __test__ = False  # not a pytest test class
 
     code: str
     """The candidate program, executed once before the asserts (untrusted)."""
     tests: Sequence[str]
-    """Assert statements, each run on its own in the checker against the program's names (trusted)."""
+    """Assert statements, each run on its own in the checker against the entry points (trusted)."""
     test_timeout_s: float = 10.0
     """Alarm per assert."""
     max_timeouts: int = 3
@@ -67,8 +70,18 @@ class TestJob:
     seed_math: bool = False
     """Start both the code's and the asserts' globals with ``math`` (the original level-feedback runner)."""
     setup: str = ""
-    """Trusted code run in the asserts' globals first (the task prompt's imports); its names, like
-    the builtins', are never replaced by the candidate's."""
+    """Trusted code run in the asserts' globals first (the task prompt's imports): the test module's
+    own names, never replaced by the candidate's."""
+    entry_points: Sequence[str] = ()
+    """The names of the code the tests call (a task's entry point): the only names of the code the
+    asserts see. Required."""
+
+    def __post_init__(self) -> None:
+        names = self.entry_points
+        if isinstance(names, str) or not names or not all(isinstance(n, str) and n.isidentifier() for n in names):
+            raise ValueError(f"TestJob.entry_points must name the function(s) of the code the tests call, e.g. "
+                             f"entry_points=('add',); got {names!r}. No other name of the code is visible to the tests.")
+        object.__setattr__(self, "entry_points", tuple(names))
 
 
 @dataclass
@@ -118,7 +131,8 @@ class TestReport:
 
 
 def _text(value: object, cap: int) -> Optional[str]:
-    return None if value is None else str(value)[:cap]
+    """A field of a result record as one line of clean text (it may reach a prompt)."""
+    return None if value is None else clean_text(value if isinstance(value, str) else repr(value), cap)
 
 
 def _records(data: bytes) -> List[dict]:

@@ -34,7 +34,7 @@ from comlrl.envs.sandbox.isolation import (
     RUNTIME_DIR, RUNTIME_MOUNT, WORKDIR, bwrap_command, describe_isolation, interpreter, resolve_isolation, seccomp_pipe,
     user_namespaces,
 )
-from comlrl.envs.sandbox.jobs import LINE_CAP, SandboxLimits, TestJob, TestReport, parse_results
+from comlrl.envs.sandbox.jobs import LINE_CAP, MESSAGE_CAP, SandboxLimits, TestJob, TestReport, TestResult, parse_results
 
 HARNESS = os.path.join(RUNTIME_DIR, "harness.py")
 CHECKER = os.path.join(RUNTIME_DIR, "checker.py")
@@ -77,25 +77,36 @@ class Sandbox:
 
     def run(self, job: TestJob) -> TestReport:
         """One job; the report counts only asserts the checker saw pass. When it returns, every
-        process of the job is gone (under bubblewrap: the sandbox's PID namespace has ended)."""
+        process of the job is gone (under bubblewrap: the sandbox's PID namespace has ended). It
+        never raises for what the job holds: a job that cannot be run (code too large to send, a
+        process that cannot start) gets a report with no pass and the reason in ``termination``."""
         started = time.monotonic()
+        try:
+            report = self._run(job, started)
+        except Exception as error:  # noqa: BLE001 - one job's failure must not cost the batch
+            report = TestReport(total=len(job.tests), results=[TestResult("not run") for _ in job.tests])
+            report.termination = f"sandbox error: {type(error).__name__}: {error}"[:MESSAGE_CAP]
+            _warn_once(f"comlrl sandbox: a job could not be run ({report.termination}); it scores no test")
+        report.isolation = self.isolation
+        report.duration_s = time.monotonic() - started
+        return report
+
+    def _run(self, job: TestJob, started: float) -> TestReport:
         parts = _JobParts(None if self.isolation == "bwrap" else _make_workdir())
         try:
+            candidate_job = wire.encode(self._candidate_job(job, parts.job_dir))  # before any process starts: too large -> refused
             request_r, request_w = parts.pipe()
             reply_r, reply_w = parts.pipe()
             candidate = parts.add(self._spawn_candidate(parts, request_r, reply_w))
             checker = parts.add(self._spawn(["-I", "-S", "-B", CHECKER, str(request_w), str(reply_r)], (request_w, reply_r), "/",
                                             {"PATH": PATH, "LANG": "C.UTF-8"}))
             parts.close_child_ends()
-            _feed(candidate, wire.encode(self._candidate_job(job, parts.job_dir)))
+            _feed(candidate, candidate_job)
             _feed(checker, wire.encode(self._checker_job(job)))
             streams, timed_out = self._collect(parts, candidate, checker, started, len(job.tests))
-            report = self._report(job, streams, timed_out, candidate, checker)
+            return self._report(job, streams, timed_out, candidate, checker)
         finally:
             parts.end()
-        report.isolation = self.isolation
-        report.duration_s = time.monotonic() - started
-        return report
 
     # ------------------------------------------------------------------ processes
     def _spawn(self, argv: List[str], fds: Tuple[int, ...], cwd: str, env: Dict[str, str], prefix: Sequence[str] = ()) -> subprocess.Popen:
@@ -123,7 +134,7 @@ class Sandbox:
         limits = self.limits
         home = os.path.realpath(os.path.expanduser("~"))
         return {
-            "code": job.code, "seed_math": job.seed_math, "drop_root": self.isolation == "bwrap",
+            "code": job.code, "exports": list(job.entry_points), "seed_math": job.seed_math, "drop_root": self.isolation == "bwrap",
             "deny_read": [home] if home not in ("/", "") and job_dir is not None else [],
             "allow_read": [os.path.realpath(sys.base_prefix), os.path.dirname(self.python), RUNTIME_DIR, RUNTIME_MOUNT],
             "limits": {"cpu_time_s": limits.cpu_time_s, "memory_bytes": limits.memory_bytes, "file_size_bytes": limits.file_size_bytes,
@@ -133,7 +144,8 @@ class Sandbox:
     def _checker_job(self, job: TestJob) -> Dict[str, object]:
         pre = [_pre_evaluation(test) for test in job.tests] if job.pre_evaluate else None
         return {
-            "tests": list(job.tests), "pre": pre, "setup": needed_setup(job.setup, job.tests), "seed_math": job.seed_math,
+            "tests": list(job.tests), "entry_points": list(job.entry_points), "pre": pre, "setup": needed_setup(job.setup, job.tests),
+            "seed_math": job.seed_math,
             "test_timeout_s": job.test_timeout_s, "max_timeouts": job.max_timeouts, "load_timeout_s": self.limits.wall_time_s + 1.0,
             "limits": {"memory_bytes": 2 * self.limits.memory_bytes, "cpu_time_s": self.limits.cpu_time_s, "core_bytes": 0},
         }
@@ -342,6 +354,15 @@ def _unlock(path: str) -> None:
 
 
 _removal_warned = threading.Event()
+_warned_messages: set = set()
+
+
+def _warn_once(message: str) -> None:
+    """A RuntimeWarning, once per distinct message start (a broken machine fails every job alike)."""
+    key = message[:60]
+    if key not in _warned_messages:
+        _warned_messages.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def remove_tree(path: str) -> bool:

@@ -9,6 +9,14 @@ without capabilities; the filter also takes away the kernel code behind them, th
 kernel exploit). A system call from another ABI (i386 or x32 on x86-64) kills the process, so the
 list cannot be sidestepped by number.
 
+Sockets: ``socket`` and ``socketpair`` fail with EPERM for every address family. No job needs one
+(the harness talks over inherited pipes, and the harness's audit hook already refuses sockets to
+Python code, so ``asyncio`` and ``multiprocessing`` do not run there either); the private network
+namespace isolates IPv4, IPv6 and abstract unix sockets, but not every family -- ``AF_VSOCK``
+reaches the host of a virtual machine -- and each family is kernel code a candidate could probe
+(netlink, packet, the unix garbage collector, Bluetooth, CAN, TIPC, RDS, XDP, ALG ...). Denying
+the two calls takes all of them away at once, ``AF_UNIX`` included.
+
 Tables for x86-64 and AArch64 (numbers from the kernel's ``unistd_64.h`` / ``asm-generic/unistd.h``);
 on any other architecture ``program()`` is None and the sandbox records that it runs without one.
 """
@@ -26,17 +34,17 @@ DENIED = (
     "mount_setattr", "unshare", "setns", "chroot", "kexec_load", "kexec_file_load", "init_module",
     "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct", "syslog", "quotactl",
     "open_by_handle_at", "name_to_handle_at", "personality", "vhangup", "settimeofday", "clock_settime",
-    "adjtimex", "clock_adjtime", "lookup_dcookie", "iopl", "ioperm", "uselib",
+    "adjtimex", "clock_adjtime", "lookup_dcookie", "socket", "socketpair", "iopl", "ioperm", "uselib",
 )
 _X86_64 = dict(zip(DENIED, (
     101, 310, 311, 321, 298, 323, 425, 426, 427, 250, 248, 249, 165, 166, 155, 429, 428, 430, 431, 432, 433,
     442, 272, 308, 161, 246, 320, 175, 313, 176, 169, 167, 168, 163, 103, 179, 304, 303, 135, 153, 164, 227,
-    159, 305, 212, 172, 173, 134,
+    159, 305, 212, 41, 53, 172, 173, 134,
 )))
 _AARCH64 = dict(zip(DENIED[:-3], (
     117, 270, 271, 280, 241, 282, 425, 426, 427, 219, 217, 218, 40, 39, 41, 429, 428, 430, 431, 432, 433,
     442, 97, 268, 51, 104, 294, 105, 273, 106, 142, 224, 225, 89, 116, 60, 265, 264, 92, 58, 170, 112,
-    171, 266, 18,
+    171, 266, 18, 198, 199,
 )))
 # machine -> (AUDIT_ARCH_* of the native ABI, syscall table, numbers at or above this are another ABI)
 ARCHES: Dict[str, Tuple[int, Dict[str, int], Optional[int]]] = {
@@ -77,4 +85,5 @@ def describe(machine: Optional[str] = None) -> str:
     name = machine or platform.machine()
     if name not in ARCHES:
         return f"none (no system-call table for {name})"
-    return f"{len(ARCHES[name][1])} system calls denied (ptrace, bpf, userfaultfd, io_uring, keyctl, mount, namespaces ...); other ABIs killed"
+    return (f"{len(ARCHES[name][1])} system calls denied (ptrace, bpf, userfaultfd, io_uring, keyctl, mount, namespaces, "
+            f"socket and socketpair of every family ...); other ABIs killed")

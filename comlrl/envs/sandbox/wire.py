@@ -27,7 +27,8 @@ Encoding (big-endian): one tag byte, then
 A frame on a pipe is ``<u32 length> <encoded value>``. ``decode`` is iterative (no recursion, so
 no ``RecursionError`` however deep the input) and checks every limit before it allocates: nesting
 depth, item count, string and integer size, declared counts against the bytes left, and trailing
-bytes; any violation raises ``WireError``.
+bytes; any violation raises ``WireError``. Sets and dicts are rebuilt one member at a time, so a
+receiver's alarm can stop a rebuild that colliding hashes make quadratic.
 """
 
 from __future__ import annotations
@@ -83,11 +84,37 @@ def _deque(items: list) -> object:
     return collections.deque(items)
 
 
+def _set(items: list) -> set:
+    """A set built one member at a time (see ``_dict``)."""
+    out = set()
+    add = out.add
+    for item in items:
+        add(item)
+    return out
+
+
+def _dict(pairs) -> dict:
+    """A dict built one key at a time: members whose hashes collide make each insertion cost the
+    members before it, and one C call building it whole could not be interrupted by the receiver's
+    alarm (200,000 colliding ints take minutes); between insertions it can."""
+    out = {}
+    for key, value in pairs:
+        out[key] = value
+    return out
+
+
+def _pairs(items: list) -> dict:
+    for pair in items:
+        if type(pair) is not tuple or len(pair) != 2:
+            raise TypeError("an items view holds pairs")
+    return _dict(items)
+
+
 # tag -> (values per item, builder from the list of values)
 _CONTAINERS = {
-    b"l": (1, list), b"t": (1, tuple), b"S": (1, set), b"Z": (1, frozenset),
-    b"d": (2, lambda items: dict(zip(items[0::2], items[1::2]))),
-    b"K": (1, lambda items: dict.fromkeys(items).keys()), b"I": (1, lambda items: dict(items).items()),
+    b"l": (1, list), b"t": (1, tuple), b"S": (1, _set), b"Z": (1, lambda items: frozenset(_set(items))),
+    b"d": (2, lambda items: _dict(zip(items[0::2], items[1::2]))),
+    b"K": (1, lambda items: _dict(zip(items, [None] * len(items))).keys()), b"I": (1, lambda items: _pairs(items).items()),
     b"V": (1, lambda items: dict(enumerate(items)).values()), b"Q": (1, _deque), b"g": (1, _range),
     b"q": (1, _fraction), b"x": (1, _decimal),
 }

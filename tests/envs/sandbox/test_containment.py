@@ -111,6 +111,13 @@ NETWORK = {
     "net_host_daemon_sockets": (
         "import socket\ndef attack():\n    for path in ('/run/docker.sock', '/var/run/docker.sock', '/run/dbus/system_bus_socket', '/tmp/.X11-unix/X0', '/run/systemd/private'):\n"
         "        try:\n            socket.socket(socket.AF_UNIX).connect(path)\n            return True\n        except OSError:\n            pass\n    return False"),
+    "net_every_address_family": (
+        "import socket\ndef attack():\n    for family in range(64):\n        for kind in (1, 2, 3, 5):\n            try:\n"
+        "                socket.socket(family, kind).close()\n                return True\n            except OSError:\n                pass\n"
+        "        try:\n            socket.socketpair(family, 1)\n            return True\n        except OSError:\n            pass\n    return False"),
+    "net_vsock_to_the_host": (
+        "import socket\ndef attack():\n    s = socket.socket(40, socket.SOCK_STREAM)\n    try:\n        s.connect((2, 22))\n"
+        "    except OSError:\n        pass\n    return True  # a VSOCK socket exists at all"),
     "net_raw_socket_and_interfaces": (
         "import socket\ndef attack():\n    try:\n        socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)\n        return True\n"
         "    except OSError:\n        pass\n    return any(name != 'lo' for _, name in socket.if_nameindex())"),

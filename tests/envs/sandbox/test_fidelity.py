@@ -2,7 +2,9 @@
 
 The oracle is the original reward's own method, run here on benign code: ``exec`` the code in
 fresh globals, then each assert (after evaluating ``name(args)`` and ``expected`` on their own, the
-pre-evaluation) in the same globals. Every case then goes through the sandbox in one batch, and each
+pre-evaluation) in the same globals. In the sandbox the asserts see only the test module and the
+code's entry points: here the test module imports what the code imports (``job``), and the entry
+points are the functions the code defines. Every case then goes through the sandbox in one batch, and each
 assert's status, error type and message must be the oracle's. The cases cover what crosses the
 boundary: generators and iterators, dict views, range, deque, Fraction, Decimal, sets, big ints,
 NaN, in-place mutation of list and dict arguments, exceptions of every kind, custom objects,
@@ -11,6 +13,7 @@ helper functions, keyword arguments.
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import warnings
@@ -61,6 +64,14 @@ CASES = [
 ASSERT_SHAPE = re.compile(r"assert\s+(\w+)\(([^)]*)\)\s*==\s*(.+)")
 
 
+def job(code: str, tests) -> TestJob:
+    """The sandbox job of a case: the code's functions are its entry points, its imports the test module's."""
+    tree = ast.parse(code)
+    functions = tuple(node.name for node in tree.body if isinstance(node, ast.FunctionDef))
+    imports = "\n".join(ast.get_source_segment(code, node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom)))
+    return TestJob(code=code, tests=tests, pre_evaluate=True, test_timeout_s=5.0, setup=imports, entry_points=functions)
+
+
 def oracle(code: str, tests):
     """(status, error type, message) per assert, exactly as the original in-process reward would see them."""
     env: dict = {}
@@ -84,7 +95,7 @@ def test_every_outcome_is_the_in_process_one(level):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sandbox = Sandbox(isolation=level, workers=2)
-    reports = sandbox.run_many([TestJob(code=code, tests=tests, pre_evaluate=True, test_timeout_s=5.0) for code, tests in CASES])
+    reports = sandbox.run_many([job(code, tests) for code, tests in CASES])
     for (code, tests), report in zip(CASES, reports):
         assert report.loaded, (code, report.load_error)
         got = [(r.status, r.error_type, r.error_message) for r in report.results]

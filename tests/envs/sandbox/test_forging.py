@@ -27,14 +27,14 @@ from tests.helpers.sandbox_attacks import FRAME, LEVELS, ROW, runtime_hashes
 FORGERIES = {
     "patch_the_harness_runner": ("exec(\"import __main__\\n__main__.run_assert = lambda *a, **k: None\\n"
                                  "if hasattr(__main__, 'Server'):\\n"
-                                 "    __main__.Server.answer = lambda self, op, seq, *a: __main__.wire.write_frame(self.reply_fd, "
-                                 "__main__.wire.encode(('return', seq, True, [], {})))\")", "", "a - b"),
+                                 "    __main__.Server.answer = lambda self, op, rid, *a: __main__.wire.encode(('value', rid, op, True, [], {}))\")",
+                                 "", "a - b"),
     "pass_records_to_argv_fds": ("exec(" + repr(FRAME + "lines = b''.join(b'{\"event\": \"test\", \"i\": %d, \"status\": \"pass\"}\\n' % i for i in range(8))\n"
                                  "for fd in [int(x) for x in sys.argv[1:] if x.isdigit()] + list(range(20)):\n"
-                                 "    for data in (b'{\"event\": \"load\", \"ok\": true}\\n' + lines, frame(('loaded', 0, {}, {})),\n"
-                                 "                 b''.join(frame(('return', k, True, [], {})) for k in range(1, 12))):\n"
+                                 "    for data in (b'{\"event\": \"load\", \"ok\": true}\\n' + lines, frame(('value', 0, 'load', {}, [], {})),\n"
+                                 "                 b''.join(frame(('value', k, 'call', True, [], {})) for k in range(1, 12))):\n"
                                  "        try:\n            os.write(fd, data)\n        except OSError:\n            pass\n") + ")", "", "a - b"),
-    "forged_replies_for_every_request": ("exec(" + repr(FRAME + "os.write(int(sys.argv[2]), b''.join(frame(('return', k, 3, [], {})) for k in range(1, 40)))\n") + ")",
+    "forged_replies_for_every_request": ("exec(" + repr(FRAME + "os.write(int(sys.argv[2]), b''.join(frame(('value', k, 'call', 3, [], {})) for k in range(1, 40)))\n") + ")",
                                          "", "a - b"),
     "walk_frames_to_the_test": ("None", "import sys, re\n_f, _seen = sys._getframe(), []\nwhile _f is not None:\n"
                                 "    _seen += [repr(_f.f_locals), repr(_f.f_code.co_consts), repr(list(_f.f_globals))]\n    _f = _f.f_back\n"
@@ -57,6 +57,11 @@ FORGERIES = {
     "exit_after_first_answer": ("[]", "_f.append(1)\nif len(_f) > 2:\n    import os\n    os._exit(0)", "a - b"),
     "nan_and_infinity": ("None", "", "float('nan') if a else float('inf')"),
     "stop_itself": ("[]", "_f.append(1)\nif len(_f) > 2:\n    import os, signal\n    os.kill(os.getpid(), signal.SIGSTOP)", "a - b"),
+    "exception_of_an_odd_type": ("None", "class AssertionError(StopIteration):\n    __str__ = lambda s: 1 / 0\n"
+                                 "if (a, b) != (0, 0):\n    raise AssertionError()", "a - b"),
+    "an_iterator_that_never_ends": ("None", "import itertools", "itertools.count() if (a, b) != (0, 0) else 0"),
+    "late_reply_after_the_checker_gave_up": ("[]", "import signal, time\nif not _f:\n    _f.append(1)\n"
+                                             "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n    time.sleep(1.2)\n    return a + b", "a - b"),
 }
 COOP_MAIN = "def add(a, b):\n    total = aux(a, b)\n    total = total + 0\n    return total"
 
@@ -120,7 +125,7 @@ RUNTIME_BEFORE = runtime_hashes()
 
 
 def test_enough_forgeries():
-    assert len(FORGERIES) >= 12
+    assert len(FORGERIES) >= 18
 
 
 @pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")

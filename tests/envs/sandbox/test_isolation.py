@@ -115,7 +115,7 @@ cap_eff, cap_prm, nnp, filtered = status['CapEff'].strip(), status['CapPrm'].str
 root = sorted(os.listdir('/'))
 pids = [p for p in os.listdir('/proc') if p.isdigit()]
 hostname = socket.gethostname()
-interfaces = [name for _, name in socket.if_nameindex()]
+interfaces = [line.split(':')[0].strip() for line in open('/proc/net/dev').readlines()[2:]]  # netlink is refused
 cwd, home, tmp = os.getcwd(), os.environ['HOME'], os.path.realpath('/tmp')
 uid_map = open('/proc/self/uid_map').read().split()
 """
@@ -135,9 +135,25 @@ def test_what_the_candidate_is_inside_bubblewrap():
     ]
     if os.geteuid() == 0:
         tests.append("assert uid_map == ['0', '0', '1', '65534', '65534', '1']")  # nobody on the host, not root
-    report = sandbox.run(TestJob(code=IDENTITY, tests=tests))
+    names = ('uid', 'gid', 'groups', 'cap_eff', 'cap_prm', 'nnp', 'filtered', 'root', 'pids', 'hostname', 'interfaces', 'cwd', 'home', 'tmp',
+             'uid_map')
+    report = sandbox.run(TestJob(code=IDENTITY, tests=tests, entry_points=names))
     assert report.loaded, report.load_error
     assert [r.status for r in report.results] == ["pass"] * len(tests), [(t, r) for t, r in zip(tests, report.results)]
+
+
+@needs_bwrap
+def test_no_socket_of_any_family_can_be_made_inside():
+    """Every family fails with EPERM, the seccomp filter's answer (the kernel's own would be
+    EAFNOSUPPORT or EINVAL for most): AF_UNIX, AF_INET and AF_INET6 included, AF_VSOCK (40) too."""
+    code = DISARM + (
+        "import socket\nrefused = {}\nfor family in range(64):\n    for call in (socket.socket, socket.socketpair):\n"
+        "        try:\n            call(family, socket.SOCK_STREAM)\n            refused[family] = 0\n"
+        "        except OSError as error:\n            refused.setdefault(family, error.errno)\n")
+    report = Sandbox(isolation="bwrap").run(TestJob(code=code, tests=["assert set(refused.values()) == {errno.EPERM}", "assert len(refused) == 64"],
+                                                    setup="import errno", entry_points=("refused",)))
+    assert report.loaded, report.load_error
+    assert [r.status for r in report.results] == ["pass", "pass"], report.results
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can set the immutable flag (chattr +i)")

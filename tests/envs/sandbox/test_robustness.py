@@ -25,13 +25,13 @@ JUNK = {
     "deep_nesting_frame": "send(b'l\\x00\\x00\\x00\\x01' * 100000 + b'N')",
     "oversized_frame_header": "send(b'', length=0xFFFFFFF0)",
     "frame_longer_than_its_data": "send(b'N', length=64)\nos.close(REPLY)",
-    "invalid_utf8_in_a_string": f"send(t(s(b'return'), i(1), s(b'\\xff\\xfe\\x80'), {EMPTY!r}, b'd\\x00\\x00\\x00\\x00'))",
-    "reply_out_of_sequence": f"send(t(s(b'return'), i(999), i(3), {EMPTY!r}, b'd\\x00\\x00\\x00\\x00'))",
+    "invalid_utf8_in_a_string": f"send(t(s(b'value'), i(1), s(b'call'), s(b'\\xff\\xfe\\x80'), {EMPTY!r}, b'd\\x00\\x00\\x00\\x00'))",
+    "reply_out_of_sequence": f"send(t(s(b'value'), i(999), s(b'call'), i(3), {EMPTY!r}, b'd\\x00\\x00\\x00\\x00'))",
     "two_million_items": "send(b'l' + struct.pack('>I', 2000000) + b'N' * 2000000)",
-    "unhashable_set_member": f"send(t(s(b'return'), i(1), b'S\\x00\\x00\\x00\\x01' + {EMPTY!r}, {EMPTY!r}, b'd\\x00\\x00\\x00\\x00'))",
-    "trailing_bytes": f"send(t(s(b'return'), i(1), i(3), {EMPTY!r}, b'd\\x00\\x00\\x00\\x00') + b'extra')",
-    "forged_3_mib_error_message": "send(t(s(b'raise'), i(1), s(b'ValueError'), s(b'x' * (3 << 20))))",
-    "hostile_exception_name": "send(t(s(b'raise'), i(1), s(b'Bad\\nName\\x1b[2J' * 1000), s('\\ud800 \\x1b[31mred\\x00'.encode('utf-8', 'surrogatepass'))))",
+    "unhashable_set_member": f"send(t(s(b'value'), i(1), s(b'call'), b'S\\x00\\x00\\x00\\x01' + {EMPTY!r}, {EMPTY!r}, b'd\\x00\\x00\\x00\\x00'))",
+    "trailing_bytes": f"send(t(s(b'value'), i(1), s(b'call'), i(3), {EMPTY!r}, b'd\\x00\\x00\\x00\\x00') + b'extra')",
+    "forged_3_mib_error_message": "send(t(s(b'raised'), i(1), s(b'call'), s(b'ValueError'), s(b'x' * (3 << 20))))",
+    "hostile_exception_name": "send(t(s(b'raised'), i(1), s(b'call'), s(b'Bad\\nName\\x1b[2J' * 1000), s('\\ud800 \\x1b[31mred\\x00'.encode('utf-8', 'surrogatepass'))))",
     "stdout_onto_the_reply_fd": "os.dup2(REPLY, 1)\nprint('{\"event\": \"test\", \"i\": 0, \"status\": \"pass\"}')",
     "close_the_reply_fd": "os.close(REPLY)",
 }
@@ -90,7 +90,7 @@ def test_caps_on_what_reaches_the_report(level):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sandbox = Sandbox(SandboxLimits(wall_time_s=10.0, max_output_bytes=4096), isolation=level)
-    jobs = [TestJob(code=_hostile(name), tests=["assert add(1, 2) == 3"], test_timeout_s=1.0)
+    jobs = [TestJob(code=_hostile(name), tests=["assert add(1, 2) == 3"], test_timeout_s=1.0, entry_points=("add",))
             for name in ("forged_3_mib_error_message", "hostile_exception_name", "raise_a_3_mib_message",
                          "exception_with_a_hostile_name_and_str", "non_utf8_floods_on_stdout_and_stderr")]
     reports = sandbox.run_many(jobs)
@@ -102,10 +102,13 @@ def test_caps_on_what_reaches_the_report(level):
             assert not any(ord(c) < 32 and c not in "\n\t" for c in text) and "\x1b" not in text
             text.encode("utf-8")  # no lone surrogates left
         assert len(report.stdout) <= 4096 and len(report.stderr) <= 4096
-    forged, named, raised = reports[0].results[0], reports[1].results[0], reports[2].results[0]
-    assert forged.error_type == "ValueError" and forged.error_message == "x" * 300
-    assert named.error_type == "Exception"  # a name that is not an identifier is not kept
+    forged, named, raised, odd = (report.results[0] for report in reports[:4])
+    # forged replies out of the protocol's bounds (a 3 MiB message, a name that is no identifier) are violations
+    assert forged.error_type == named.error_type == "ProtocolViolation"
+    assert forged.status == named.status == "fail"
+    # what the honest harness sends of a huge or hostile exception is within them
     assert raised.error_type == "ValueError" and raised.error_message == "x" * 300
+    assert odd.error_type == "Exception" and odd.error_message == "<the exception's message could not be read>"
     assert "\ufffd" in reports[4].stdout  # undecodable bytes were replaced, not fatal
 
 
@@ -116,10 +119,10 @@ def test_a_giant_error_stays_out_of_the_feedback_prompt(level):
         env = get_environment("humaneval", num_turns=2, num_agents=1, isolation=level, external_mode="level_feedback",
                               sandbox_slice="all", test_timeout_s=1.0)
     env.rows.add([ROW])
-    main = _hostile("forged_3_mib_error_message")
+    main = _hostile("raise_a_3_mib_message")
     (prompt,) = env.external_transition(prompt=ROW["prompt"], agent_completions=[main], num_agents=1,
                                         prompt_history_per_agent=[[ROW["prompt"]]], response_history_per_agent=[[main]])
     diagnostics = prompt[prompt.index("Diagnostics"):]
     assert len(diagnostics) < 4 * 450  # four asserts, each one line with at most a 300-character message
-    assert "Tests: 1/4 passed" in diagnostics  # a - b passes add(0, 0) == 0
-    assert "-> ValueError: " + "x" * 300 + "\n" in diagnostics
+    assert "Tests: 0/4 passed" in diagnostics  # it raises on every call
+    assert diagnostics.count("-> ValueError: " + "x" * 300 + "\n") == 4

@@ -48,7 +48,7 @@ def still_healthy(sandbox: Sandbox) -> None:
     checkout survives (``none`` runs it from here; under bubblewrap the PID namespace is waited for,
     which test_containment's survivors check)."""
     assert subprocess.run(["true"]).returncode == 0
-    report = sandbox.run(TestJob(code="def f(x):\n    return x * 2", tests=["assert f(3) == 6"]))
+    report = sandbox.run(TestJob(code="def f(x):\n    return x * 2", tests=["assert f(3) == 6"], entry_points=("f",)))
     assert (report.passed, report.total) == (1, 1)
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -69,7 +69,7 @@ def test_fork_bomb(hooked):
         "import multiprocessing\nwhile True:\n    multiprocessing.Process(target=print).start()",
     ]
     for code in bombs:
-        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"], entry_points=("f",)))
         assert report.passed == 0 and not report.loaded, code
         assert "PermissionError" in (report.load_error or ""), (code, report.load_error)
     still_healthy(hooked)
@@ -99,7 +99,7 @@ except Exception:
     pass
 """
     # the fake home is the sandbox's own empty HOME inside; the real one is never touched
-    report = hooked.run(TestJob(code=code, tests=["assert succeeded == []"]))
+    report = hooked.run(TestJob(code=code, tests=["assert succeeded == []"], entry_points=("succeeded",)))
     assert report.passed == 1, report.results
     assert precious.read_text() == "years of work"
     still_healthy(hooked)
@@ -133,7 +133,7 @@ sys.stderr.write(leak)
 def stolen():
     return {secret!r} in leak
 """
-    report = hooked.run(TestJob(code=code, tests=["assert stolen()"]))
+    report = hooked.run(TestJob(code=code, tests=["assert stolen()"], entry_points=("stolen",)))
     assert report.loaded and report.passed == 0
     assert secret not in report.stdout and secret not in report.stderr
     assert "FAKE_PROVIDER_API_KEY" not in report.stdout
@@ -166,7 +166,7 @@ def connect():
     s.sendall(b"exfiltrated")
     return True
 """
-    report = hooked.run(TestJob(code=code, tests=["assert connect()"]))
+    report = hooked.run(TestJob(code=code, tests=["assert connect()"], entry_points=("connect",)))
     time.sleep(0.3)  # a connection the child might have opened would be accepted by now
     done.set()
     thread.join()
@@ -178,9 +178,9 @@ def connect():
 
 
 def test_memory_bomb(sandbox):
-    report = sandbox.run(TestJob(code="hog = bytearray(8 << 30)", tests=["assert True"]))
+    report = sandbox.run(TestJob(code="hog = bytearray(8 << 30)", tests=["assert True"], entry_points=("f",)))
     assert not report.loaded and "MemoryError" in report.load_error
-    report = sandbox.run(TestJob(code="def f():\n    return len(bytearray(8 << 30))", tests=["assert f() > 0", "assert True"]))
+    report = sandbox.run(TestJob(code="def f():\n    return len(bytearray(8 << 30))", tests=["assert f() > 0", "assert True"], entry_points=("f",)))
     assert [r.status for r in report.results] == ["fail", "pass"]
     assert report.results[0].error_type == "MemoryError"
     still_healthy(sandbox)
@@ -188,7 +188,7 @@ def test_memory_bomb(sandbox):
 
 def test_infinite_loop(sandbox):
     report = sandbox.run(TestJob(
-        code="def f():\n    while True:\n        pass", tests=["assert f() == 1"] * 5, test_timeout_s=0.3, max_timeouts=3,
+        code="def f():\n    while True:\n        pass", tests=["assert f() == 1"] * 5, test_timeout_s=0.3, max_timeouts=3, entry_points=("f",),
     ))
     assert [r.status for r in report.results] == ["timeout"] * 3 + ["not run"] * 2
     assert report.passed == 0 and report.completed
@@ -196,11 +196,11 @@ def test_infinite_loop(sandbox):
         warnings.simplefilter("ignore")
         stuck = Sandbox(SandboxLimits(wall_time_s=1.5, cpu_time_s=30), isolation=sandbox.isolation)
     start = time.monotonic()
-    report = stuck.run(TestJob(code="while True:\n    pass", tests=["assert True"]))
+    report = stuck.run(TestJob(code="while True:\n    pass", tests=["assert True"], entry_points=("f",)))
     assert time.monotonic() - start < 10
     assert report.termination == "wall_timeout" and report.passed == 0
     swallowing = "def f():\n    while True:\n        try:\n            pass\n        except Exception:\n            pass"
-    report = sandbox.run(TestJob(code=swallowing, tests=["assert f()"], test_timeout_s=0.3))
+    report = sandbox.run(TestJob(code=swallowing, tests=["assert f()"], test_timeout_s=0.3, entry_points=("f",)))
     assert report.results[0].status == "timeout"
     still_healthy(sandbox)
 
@@ -214,7 +214,7 @@ def test_killing_the_parent(hooked):
         f"import signal\nsignal.pthread_kill({threading.get_ident()}, signal.SIGKILL)",
     ]
     for code in attacks:
-        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = hooked.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"], entry_points=("f",)))
         assert report.passed == 0, code
     assert os.getpid() == me
     still_healthy(hooked)
@@ -243,7 +243,7 @@ for attempt in attempts:
 def wrote_inside():
     return open("inside.txt").read() == "fine"
 """
-    report = hooked.run(TestJob(code=code, tests=["assert wrote_inside()", "assert None in errors"]))
+    report = hooked.run(TestJob(code=code, tests=["assert wrote_inside()", "assert None in errors"], entry_points=("wrote_inside", "errors")))
     assert [r.status for r in report.results] == ["pass", "fail"]
     assert not any(path.exists() or path.is_symlink() for path in targets)
     still_healthy(hooked)
@@ -252,23 +252,23 @@ def wrote_inside():
 def test_a_flood_of_output(sandbox):
     code = "import sys, os\nfor _ in range(256):\n    sys.stdout.write('x' * (1 << 20))\nsys.stdout.flush()\n"
     code += "for _ in range(64):\n    os.write(2, b'y' * (1 << 20))\ndef f():\n    return 1"
-    report = sandbox.run(TestJob(code=code, tests=["assert f() == 1"]))
+    report = sandbox.run(TestJob(code=code, tests=["assert f() == 1"], entry_points=("f",)))
     cap = sandbox.limits.max_output_bytes
     assert len(report.stdout) <= cap and len(report.stderr) <= cap
     assert report.stdout == "x" * cap
     assert report.passed == 1  # containment is the cap; the candidate itself is fine
-    report = sandbox.run(TestJob(code="print('x' * (1 << 31))", tests=["assert True"]))
+    report = sandbox.run(TestJob(code="print('x' * (1 << 31))", tests=["assert True"], entry_points=("f",)))
     assert not report.loaded and report.passed == 0
     still_healthy(sandbox)
 
 
 def test_exiting_before_the_asserts_does_not_pass(sandbox):
     for code in ("import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit(0)"):
-        report = sandbox.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"]))
+        report = sandbox.run(TestJob(code=code + "\ndef f():\n    return 1", tests=["assert f() == 1"], entry_points=("f",)))
         assert report.passed == 0 and report.results[0].status in ("not run", "fail"), code
-    report = sandbox.run(TestJob(code="import sys\ndef f():\n    sys.exit(0)", tests=["assert f() == 1", "assert True"]))
+    report = sandbox.run(TestJob(code="import sys\ndef f():\n    sys.exit(0)", tests=["assert f() == 1", "assert True"], entry_points=("f",)))
     assert [r.status for r in report.results] == ["fail", "pass"]
-    report = sandbox.run(TestJob(code="import os\ndef f():\n    os._exit(0)", tests=["assert True", "assert f() == 1", "assert True"]))
+    report = sandbox.run(TestJob(code="import os\ndef f():\n    os._exit(0)", tests=["assert True", "assert f() == 1", "assert True"], entry_points=("f",)))
     assert [r.status for r in report.results] == ["pass", "not run", "not run"]
     assert report.termination == "exit 0"
     still_healthy(sandbox)
@@ -276,22 +276,23 @@ def test_exiting_before_the_asserts_does_not_pass(sandbox):
 
 def test_forged_records_on_stdout_do_not_count(sandbox):
     code = 'print(\'{"event": "load", "ok": true}\')\nprint(\'{"event": "test", "i": 0, "status": "pass"}\')\nraise SystemExit(0)'
-    report = sandbox.run(TestJob(code=code, tests=["assert False"]))
+    report = sandbox.run(TestJob(code=code, tests=["assert False"], entry_points=("f",)))
     assert report.passed == 0 and not report.loaded
 
 
 def test_the_child_sees_an_empty_home_and_a_clean_environment(sandbox):
     code = "import os\nhome = os.listdir(os.path.expanduser('~'))\nenv = sorted(os.environ)"
-    report = sandbox.run(TestJob(code=code, tests=["assert home == []", "assert set(env) <= {'HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR'}"]))
+    report = sandbox.run(TestJob(code=code, tests=["assert home == []", "assert set(env) <= {'HOME', 'LANG', 'PATH', 'PWD', 'TMPDIR'}"],
+                                 entry_points=("home", "env")))
     assert report.passed == 2, report.results
 
 
 def test_hostile_batch_in_parallel(sandbox):
     jobs = [
-        TestJob(code="import os\nwhile True:\n    os.fork()", tests=["assert True"]),
-        TestJob(code="def f():\n    while True: pass", tests=["assert f()"], test_timeout_s=0.3),
-        TestJob(code="def f(x):\n    return x", tests=["assert f(2) == 2"]),
-        TestJob(code="import sys\nsys.exit(0)", tests=["assert True"]),
+        TestJob(code="import os\nwhile True:\n    os.fork()", tests=["assert True"], entry_points=("f",)),
+        TestJob(code="def f():\n    while True: pass", tests=["assert f()"], test_timeout_s=0.3, entry_points=("f",)),
+        TestJob(code="def f(x):\n    return x", tests=["assert f(2) == 2"], entry_points=("f",)),
+        TestJob(code="import sys\nsys.exit(0)", tests=["assert True"], entry_points=("f",)),
     ]
     start = time.monotonic()
     reports = sandbox.run_many(jobs)

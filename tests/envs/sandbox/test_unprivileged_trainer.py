@@ -36,7 +36,7 @@ for name, path in (("comlrl", sys.argv[1] + "/comlrl"), ("comlrl.envs", sys.argv
 from comlrl.envs.sandbox import Sandbox, TestJob
 sandbox = Sandbox(isolation="bwrap", workers=2)
 codes = [code.replace("TRAINER_PID_HERE", str(os.getpid())) for code in json.loads(sys.argv[2])]
-reports = sandbox.run_many([TestJob(code=code, tests=["assert escaped is False", "assert False, repr(seen)"]) for code in codes])
+reports = sandbox.run_many([TestJob(code=code, tests=["assert escaped is False", "assert False, repr(seen)"], entry_points=("escaped", "seen")) for code in codes])
 print(json.dumps({"record": sandbox.describe(), "passed": [r.passed for r in reports], "load_errors": [r.load_error for r in reports],
                   "seen": [r.results[1].error_message for r in reports]}))
 """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import signal
 import struct
 
 import pytest
@@ -115,13 +116,41 @@ def test_result_parser_takes_only_whole_records():
     assert parse_results(b"[" * 200000, ["t"]).results[0].status == "not run"
 
 
+def test_members_with_colliding_hashes_are_rebuilt_interruptibly():
+    """100,000 ints with one hash make a set quadratic to rebuild (minutes). The decoder builds sets
+    and dicts one member at a time, so the receiver's alarm (the checker's per-assert alarm) stops it."""
+    n = 100_000
+    member = lambda k: b"i" + struct.pack(">I", 10) + (k * (2 ** 61 - 1)).to_bytes(10, "big", signed=True)  # noqa: E731
+    members = b"".join(member(k) for k in range(n))
+    frames = [b"S" + struct.pack(">I", n) + members, b"Z" + struct.pack(">I", n) + members, b"K" + struct.pack(">I", n) + members,
+              b"d" + struct.pack(">I", n) + b"".join(member(k) + b"N" for k in range(n))]
+
+    class Alarm(Exception):
+        pass
+
+    def fire(signum, frame):
+        raise Alarm
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    try:
+        for frame in frames:
+            signal.setitimer(signal.ITIMER_REAL, 0.3)
+            with pytest.raises(Alarm):
+                wire.decode(frame)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 # ----------------------------------------------------------------------------- the seccomp program
 
 
-def run_bpf(program: bytes, arch: int, nr: int) -> int:
-    """A cBPF interpreter for the four instructions the filter uses, on ``struct seccomp_data``."""
+def run_bpf(program: bytes, arch: int, nr: int, arg0: int = 0) -> int:
+    """A cBPF interpreter for the four instructions the filter uses, on ``struct seccomp_data``
+    (``arg0``: the low 32 bits of the first argument)."""
     insns = [struct.unpack("=HBBI", program[i:i + 8]) for i in range(0, len(program), 8)]
-    data = {0: nr, 4: arch}
+    data = {0: nr, 4: arch, 16: arg0}
     pc, acc = 0, 0
     while True:
         code, jt, jf, k = insns[pc]
@@ -145,6 +174,10 @@ def test_seccomp_program_denies_the_list_and_allows_the_rest(machine):
         assert run_bpf(program, audit_arch, nr) == 0x00050001, name  # EPERM
     allowed = set(range(0, 460)) - set(table.values())
     assert {run_bpf(program, audit_arch, nr) for nr in allowed} == {0x7FFF0000}
+    # socket and socketpair, whatever the family (AF_UNIX 1, AF_INET 2, AF_NETLINK 16, AF_PACKET 17, AF_VSOCK 40 ...)
+    assert {"socket", "socketpair"} <= set(table)
+    for name in ("socket", "socketpair"):
+        assert {run_bpf(program, audit_arch, table[name], arg0=family) for family in range(0, 64)} == {0x00050001}
     assert run_bpf(program, 0x40000003, 3) == 0x80000000  # i386 on x86-64 (or any other ABI): killed
     if foreign is not None:
         assert run_bpf(program, audit_arch, foreign | 1) == 0x80000000  # x32
