@@ -82,3 +82,31 @@ def assert_engine_holds(engine, kind: str, state: Dict[str, torch.Tensor], atol:
         got = held[name][: want.shape[0]]
         assert got.shape == want.shape, f"{name}: engine {tuple(got.shape)}, pushed {tuple(want.shape)}"
         torch.testing.assert_close(got, want.float(), atol=atol, rtol=0.0, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def two_token_llama(source: str, target: str, logit: float = 8.0) -> str:
+    """A copy of the ``source`` Llama (saved to ``target``) that vLLM can load and whose next token is
+    almost always "a" or "b" (``tests.helpers.direction``), each with logit about ``logit``: the
+    embedding's first coordinate is a constant 5 (so the residual stream's first coordinate stays
+    positive), the final norm keeps only that coordinate, and an untied LM head reads it into the two
+    tokens' logits only (vLLM's Llama head has no bias, so the bias of ``two_token_policy`` cannot be used)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tests.helpers.direction import OTHER, PREFERRED
+
+    tokenizer = AutoTokenizer.from_pretrained(source)
+    model = AutoModelForCausalLM.from_pretrained(source)
+    ids = [tokenizer.convert_tokens_to_ids(text) for text in (PREFERRED, OTHER)]
+    embed = model.get_input_embeddings().weight
+    head = torch.nn.Linear(embed.shape[1], embed.shape[0], bias=False)
+    with torch.no_grad():
+        embed[:, 0] = 5.0
+        model.model.norm.weight.zero_()
+        model.model.norm.weight[0] = 1.0
+        head.weight.zero_()
+        head.weight[ids, 0] = 1.0
+        model.set_output_embeddings(head)
+        model.config.tie_word_embeddings = False
+        first = model(input_ids=torch.tensor([tokenizer("Describe a city")["input_ids"]])).logits[0, -1, ids[0]]
+        head.weight[ids, 0] = logit / float(first)
+    return save(model, tokenizer, target)
