@@ -29,49 +29,17 @@ The contract:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
 from comlrl.models.tokenizers import bos_token, eos_token_ids, pad_token_id
 from comlrl.rollout.generation import Completions, SamplingParams, encode_prompts, finish_completions
 from comlrl.rollout.sampling import draw_seeds
+from comlrl.rollout.vllm_engine import NamedTensors, RolloutEngine, RowOutput, RowRequest  # noqa: F401  (the engine protocol)
 
-NamedTensors = Iterable[Tuple[str, torch.Tensor]]
 # (per-row prompt ids, completion ids, temperature) -> [R, C] the trainer's own log-probs (CPU)
 Scorer = Callable[[List[torch.Tensor], List[torch.Tensor], float], torch.Tensor]
-
-
-@dataclass(frozen=True)
-class RowRequest:
-    """One generated row: its prompt ids and sampling settings (``temperature == 0``: greedy)."""
-
-    prompt_ids: List[int]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int  # 0: off
-    seed: Optional[int]
-    stop_token_ids: List[int]
-
-
-@dataclass
-class RowOutput:
-    token_ids: List[int]  # generated ids, the stopping EOS included
-    logprobs: Optional[List[float]]  # sampling log-prob of each generated id (None when greedy)
-
-
-class RolloutEngine(Protocol):
-    can_sleep: bool  # whether sleep() releases memory (vLLM has no sleep mode on the CPU)
-
-    def generate(self, requests: Sequence[RowRequest]) -> List[RowOutput]: ...
-
-    def load_weights(self, weights: NamedTensors) -> None: ...
-
-    def sleep(self) -> None: ...
-
-    def wake_up(self) -> None: ...
 
 
 def policy_weights(model: torch.nn.Module) -> NamedTensors:

@@ -1,4 +1,6 @@
-"""The real rollout engine: a colocated ``vllm.LLM`` per agent, on the agent's CUDA device or on the CPU.
+"""The rollout engine: its protocol (``RolloutEngine``, ``RowRequest``, ``RowOutput``: what
+``vllm_backend.VLLMGenerator`` asks of an engine) and the real one, ``VLLMEngine``: a colocated
+``vllm.LLM`` per agent, on the agent's CUDA device or on the CPU.
 
 What building and using an engine must not do to the process that trains (each one seen with
 vLLM 0.32, and each undone here):
@@ -32,12 +34,47 @@ import os
 import random
 import threading
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 
-from comlrl.rollout.vllm_backend import NamedTensors, RowOutput, RowRequest
+# ----------------------------------------------------------------------------- the engine protocol
+NamedTensors = Iterable[Tuple[str, torch.Tensor]]
 
+
+@dataclass(frozen=True)
+class RowRequest:
+    """One generated row: its prompt ids and sampling settings (``temperature == 0``: greedy)."""
+
+    prompt_ids: List[int]
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int  # 0: off
+    seed: Optional[int]
+    stop_token_ids: List[int]
+
+
+@dataclass
+class RowOutput:
+    token_ids: List[int]  # generated ids, the stopping EOS included
+    logprobs: Optional[List[float]]  # sampling log-prob of each generated id (None when greedy)
+
+
+class RolloutEngine(Protocol):
+    can_sleep: bool  # whether sleep() releases memory (vLLM has no sleep mode on the CPU)
+
+    def generate(self, requests: Sequence[RowRequest]) -> List[RowOutput]: ...
+
+    def load_weights(self, weights: NamedTensors) -> None: ...
+
+    def sleep(self) -> None: ...
+
+    def wake_up(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- the real engine
 DEVICE_INDEX_KEY = "comlrl_device_index"
 MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 _WORKER = "comlrl.rollout.vllm_worker"
