@@ -80,9 +80,11 @@ MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
 _WORKER = "comlrl.rollout.vllm_worker"
 
 # in-process engines alive now; whether torch.distributed was initialised before the first of them
+# (then it is the user's, e.g. a torchrun job's, and vLLM's teardown must never destroy it)
 _LOCK = threading.Lock()
 _IN_PROCESS: Dict[int, bool] = {}
 _FOREIGN_PROCESS_GROUP = {"value": False}
+_SHUTDOWN_LOCK = threading.Lock()  # one shutdown at a time: the teardown function is swapped while it runs
 
 
 @contextlib.contextmanager
@@ -154,14 +156,15 @@ def _shutdown(llm: Any, key: int) -> None:
         keep = in_process and (bool(_IN_PROCESS) or _FOREIGN_PROCESS_GROUP["value"])
     import vllm.v1.engine.core as core
 
-    original = core.cleanup_dist_env_and_memory
-    if keep:
-        core.cleanup_dist_env_and_memory = _release_memory_only
-    try:
-        with preserved_process_state():
-            llm.llm_engine.engine_core.shutdown()
-    finally:
-        core.cleanup_dist_env_and_memory = original
+    with _SHUTDOWN_LOCK:
+        original = core.cleanup_dist_env_and_memory
+        if keep:
+            core.cleanup_dist_env_and_memory = _release_memory_only
+        try:
+            with preserved_process_state():
+                llm.llm_engine.engine_core.shutdown()
+        finally:
+            core.cleanup_dist_env_and_memory = original
 
 
 def _release_memory_only(*args: Any, **kwargs: Any) -> None:
@@ -241,5 +244,13 @@ class VLLMEngine:
             self.llm.wake_up()
 
     def close(self) -> None:
-        """Shut the engine down (idempotent); other engines in this process keep working."""
+        """Shut the engine down and release its memory (idempotent); other engines in this process keep working."""
         self._finalizer()
+        self.llm = _Closed()
+
+
+class _Closed:
+    """What a closed engine holds instead of its ``vllm.LLM``: any use is a clear error."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"this vLLM engine was closed (VLLMEngine.close()); it cannot {name} any more.")

@@ -114,8 +114,11 @@ def test_one_engine_closing_leaves_the_others_working(vllm_paths):
     third = VLLMEngine(vllm_paths["llama"], CPU, 0.3)  # a new engine beside a survivor
     assert len(third.generate(sampled([1]))[0].token_ids) > 0
     second.close()
+    with pytest.raises(RuntimeError, match="this vLLM engine was closed"):
+        second.generate(sampled([1]))
     assert len(third.generate(sampled([1]))[0].token_ids) > 0
     third.close()
+    third.close()  # idempotent
     assert not dist.is_initialized()  # the last engine out tears vLLM's process group down
 
 
