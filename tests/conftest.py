@@ -81,6 +81,25 @@ def embedded_model_dir(tmp_path_factory):
     return dm.default_model_dir(wheel=wheel, cache_dir=str(root), log=lambda message: None)
 
 
+@pytest.fixture(scope="session")
+def vllm_paths(tmp_path_factory):
+    """``{"llama": dir, "gpt2": dir}`` that vLLM can run (see tests/helpers/vllm_models.py)."""
+    from tests.helpers.vllm_models import build_vllm_models
+
+    return build_vllm_models(str(tmp_path_factory.mktemp("vllm-models")))
+
+
+@pytest.fixture
+def real_engines(monkeypatch):
+    """For the tests of the real vLLM engine: a 1 GiB KV cache per engine (vLLM's CPU default reserves
+    a fraction of the machine's memory), and every engine a test left behind shut down after it."""
+    import gc
+
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
+    yield
+    gc.collect()
+
+
 @pytest.fixture
 def prompts_dataset():
     return prompt_dataset(4)

@@ -1,8 +1,9 @@
 """Rollouts with vLLM behind the ``GenerationBackend`` interface (``generation_backend="vllm"``).
 
-Each agent gets one colocated engine on its training GPU. ``VLLMGenerator`` owns the contract with
-the trainer; the engine itself is behind the small ``RolloutEngine`` protocol, so the contract is
-tested on the CPU with a scripted engine and ``VLLMEngine`` (the real one, GPU only) stays thin.
+Each agent gets one colocated engine on its device (a CUDA device or the CPU). ``VLLMGenerator``
+owns the contract with the trainer; the engine is behind the small ``RolloutEngine`` protocol: the
+real one is ``comlrl.rollout.vllm_engine.VLLMEngine`` (tested against vLLM's CPU build in its own
+CI job), and a scripted engine in the tests checks the contract where vLLM is not installed.
 
 The contract:
 - weights: before every ``generate`` the engine holds the agent's current weights. The generator
@@ -21,61 +22,43 @@ The contract:
   log-probs of a sampled row are the trainer's own (one batched no-grad forward of the agent after
   the engine returns, ``scorer``); the engine's are only checked to be there. ``engine_gap`` holds
   the mean ``|engine - trainer|`` per token of the last call (engine numerics plus truncation).
-- memory: the engine sleeps (weights and KV cache released) after generating and wakes before the
-  next generation, so updates get the memory back (``sleep_between_phases``).
+- memory: an engine that can (``can_sleep``: on CUDA) sleeps (weights and KV cache released) after
+  generating and wakes before the next generation, so updates get the memory back
+  (``sleep_between_phases``).
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
 from comlrl.models.tokenizers import bos_token, eos_token_ids, pad_token_id
 from comlrl.rollout.generation import Completions, SamplingParams, encode_prompts, finish_completions
 from comlrl.rollout.sampling import draw_seeds
+from comlrl.rollout.vllm_engine import NamedTensors, RolloutEngine, RowOutput, RowRequest  # noqa: F401  (the engine protocol)
 
-NamedTensors = Iterable[Tuple[str, torch.Tensor]]
 # (per-row prompt ids, completion ids, temperature) -> [R, C] the trainer's own log-probs (CPU)
 Scorer = Callable[[List[torch.Tensor], List[torch.Tensor], float], torch.Tensor]
 
 
-@dataclass(frozen=True)
-class RowRequest:
-    """One generated row: its prompt ids and sampling settings (``temperature == 0``: greedy)."""
-
-    prompt_ids: List[int]
-    max_tokens: int
-    temperature: float
-    top_p: float
-    top_k: int  # 0: off
-    seed: Optional[int]
-    stop_token_ids: List[int]
-
-
-@dataclass
-class RowOutput:
-    token_ids: List[int]  # generated ids, the stopping EOS included
-    logprobs: Optional[List[float]]  # sampling log-prob of each generated id (None when greedy)
-
-
-class RolloutEngine(Protocol):
-    def generate(self, requests: Sequence[RowRequest]) -> List[RowOutput]: ...
-
-    def load_weights(self, weights: NamedTensors) -> None: ...
-
-    def sleep(self) -> None: ...
-
-    def wake_up(self) -> None: ...
-
-
 def policy_weights(model: torch.nn.Module) -> NamedTensors:
-    """What an engine loads to match the agent's language model: a LoRA agent's merged adapted layers
-    (``AdapterModel.adapted_weights``), else every tensor of its state dict."""
+    """What an engine loads to match the agent's language model: every tensor of its state dict, by the
+    model's own names. A LoRA agent (``AdapterModel``) pushes its base's tensors with the layers its
+    adapter changes merged (``adapted_weights``): vLLM's in-place reload re-processes whole layers, so
+    a layer whose tensors arrive only in part (q and v of a fused qkv) would be wrong."""
     adapted = getattr(model, "adapted_weights", None)
-    return adapted() if callable(adapted) else model.state_dict().items()
+    if not callable(adapted):
+        return model.state_dict().items()
+    merged = dict(adapted())
+    out = []
+    for name, tensor in model.shared.peft_model.get_base_model().state_dict().items():
+        parts = name.split(".")
+        if any(part.startswith("lora_") for part in parts):
+            continue  # every adapter's own tensors
+        plain = ".".join(part for part in parts if part != "base_layer")
+        out.append((plain, merged.get(plain, tensor)))
+    return out
 
 
 class VLLMGenerator:
@@ -103,7 +86,7 @@ class VLLMGenerator:
     def for_policy(cls, policy: Any, gpu_memory_utilization: float) -> "VLLMGenerator":
         engine = ENGINE_FACTORY(policy.model, policy.device, gpu_memory_utilization)
         scorer = lambda prompts, tokens, temperature: policy.token_logprobs(policy.model, prompts, tokens, temperature)  # noqa: E731
-        return cls(engine, policy.tokenizer, policy.model, lambda: policy.version, scorer=scorer)
+        return cls(engine, policy.tokenizer, policy.model, lambda: policy.version, sleep_between_phases=engine.can_sleep, scorer=scorer)
 
     def _sync(self) -> None:
         version = self.version()
@@ -173,55 +156,6 @@ class VLLMGenerator:
         completions.logprobs = rows
 
 
-# ----------------------------------------------------------------------------- the real engine (GPU only)
-class VLLMEngine:
-    """A colocated ``vllm.LLM`` in this process (GPU only; not exercised by the CPU test suite)."""
-
-    def __init__(self, model_path: str, device: torch.device, gpu_memory_utilization: float, max_model_len: Optional[int] = None):
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process: weights load in place
-        from vllm import LLM
-
-        if device.index is not None:
-            torch.cuda.set_device(device)
-        self.llm = LLM(
-            model=model_path, dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True,
-            logprobs_mode="processed_logprobs", max_model_len=max_model_len, enable_prefix_caching=True,
-        )
-
-    def generate(self, requests: Sequence[RowRequest]) -> List[RowOutput]:
-        from vllm import SamplingParams as VSamplingParams
-
-        params = [
-            VSamplingParams(
-                n=1, max_tokens=r.max_tokens, temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, seed=r.seed,
-                stop_token_ids=r.stop_token_ids, logprobs=0 if r.temperature > 0 else None, detokenize=False,
-                skip_special_tokens=False,
-            )
-            for r in requests
-        ]
-        prompts = [{"prompt_token_ids": r.prompt_ids} for r in requests]
-        results = self.llm.generate(prompts, params, use_tqdm=False)
-        out = []
-        for result in results:
-            completion = result.outputs[0]
-            ids = list(completion.token_ids)
-            logprobs = None
-            if completion.logprobs is not None:
-                logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
-            out.append(RowOutput(ids, logprobs))
-        return out
-
-    def load_weights(self, weights: NamedTensors) -> None:
-        batch = [(name, tensor.detach().to(torch.bfloat16)) for name, tensor in weights]
-        self.llm.apply_model(lambda model: model.load_weights(batch))
-
-    def sleep(self) -> None:
-        self.llm.sleep(level=1)
-
-    def wake_up(self) -> None:
-        self.llm.wake_up()
-
-
 def engine_model_path(model: torch.nn.Module) -> str:
     """A directory or id vLLM can load the agent's architecture and base weights from."""
     shared = getattr(model, "shared", None)
@@ -235,9 +169,10 @@ def engine_model_path(model: torch.nn.Module) -> str:
 
 
 def colocated_engine(model: torch.nn.Module, device: torch.device, gpu_memory_utilization: float) -> RolloutEngine:
-    """The default engine factory: a ``VLLMEngine`` on the agent's CUDA device."""
-    if torch.device(device).type != "cuda":
-        raise ValueError(f"generation_backend='vllm' runs on CUDA devices; this agent is on {device}. Use generation_backend='hf'.")
+    """The default engine factory: a ``VLLMEngine`` (``comlrl.rollout.vllm_engine``) on the agent's device
+    (a CUDA device or the CPU)."""
+    from comlrl.rollout.vllm_engine import VLLMEngine
+
     return VLLMEngine(engine_model_path(model), torch.device(device), gpu_memory_utilization)
 
 

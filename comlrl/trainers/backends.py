@@ -30,6 +30,9 @@ def require_optional_packages(args: Any) -> None:
 
         if vllm_backend.ENGINE_FACTORY is vllm_backend.colocated_engine:  # a real engine, not an injected one
             require_package("vllm")
+            from comlrl.rollout.vllm_engine import multiprocess_requested
+
+            multiprocess_requested()  # a VLLM_ENABLE_V1_MULTIPROCESSING vLLM cannot read fails here, before loading
 
 
 def install_generation_backends(policies: Sequence[Any], args: Any) -> None:
