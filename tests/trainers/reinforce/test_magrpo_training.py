@@ -5,7 +5,7 @@ import random
 
 import pytest
 import torch
-from tests.helpers.common import changed, length_ratio, snapshot
+from tests.helpers.common import changed, length_ratio, no_signal_expected, snapshot
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from comlrl.trainers.reinforce import (
@@ -56,6 +56,8 @@ def test_one_generate_and_one_forward_per_agent_per_buffer(tiny_paths, prompts_d
     assert trainer.env_step == 4 * 3
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 def test_cross_mode_scores_every_combination(tiny_paths, prompts_dataset):
     calls = []
 
