@@ -145,22 +145,31 @@ def k3_noise(delta: float, tokens: int) -> float:
     return tokens * (delta**2 * math.exp(delta) / 2 + 2 * EPS32 * delta)
 
 
-def gradient_bound(model: torch.nn.Module, length: int, reference: torch.Tensor) -> float:
+def gradient_bound(model: torch.nn.Module, length: int, reference: torch.Tensor, dtype: torch.dtype = torch.float32) -> float:
     """How far apart two float32 computations of a gradient through ``model`` can be, normwise: the
     backward repeats the forward's accumulations (:func:`forward_chain`) once more, so the chain is
     twice as long, and two computations are at most twice one's error. Relative to the magnitude of
     ``reference`` (its largest entry, or a gradient's norm, which bounds that): a first-order bound for
     a well-conditioned backward, where no entry is the difference of terms much larger than that."""
-    return 2 * 2 * forward_chain(model, length) * EPS32 * float(reference.detach().abs().max())
+    return 2 * 2 * forward_chain(model, length) * torch.finfo(dtype).eps * float(reference.detach().abs().max())
 
 
-def adamw_gap(lr: float, steps: int, betas=(0.9, 0.999)) -> float:
+def adamw_gap(lr: float, steps: int, betas=(0.9, 0.999), grad_error: Optional[float] = None, eps: float = 1e-8) -> float:
     """How far two AdamW runs from the same weights can end apart, per weight, when their gradients
     differ by float rounding: a step moves a weight by at most ``lr`` on the first step and
-    ``lr (1 - beta1) / sqrt(1 - beta2)`` after (Kingma & Ba 2015, sec. 2.1, when that exceeds lr), and
-    rounding in a gradient near zero can turn a step's direction around."""
-    later = max(1.0, (1 - betas[0]) / math.sqrt(1 - betas[1]))
-    return 2 * lr * (min(steps, 1) + max(steps - 1, 0) * later)
+    ``lr r``, ``r = (1 - beta1) / sqrt(1 - beta2)``, after (Kingma & Ba 2015, sec. 2.1, when r > 1), and
+    rounding in a gradient near zero can turn a step's direction around: ``2 lr r`` per step.
+
+    With ``grad_error``, a bound on how far the two runs' gradient entries are apart (float64 runs make
+    it tiny), step ``t`` differs by at most ``lr t (1 + r) grad_error / eps`` when that is smaller: to
+    first order ``m / (sqrt(v) + eps)`` moves by ``1 / eps`` per unit change of m and by ``r / eps`` through
+    v (as ``|m| <= r sqrt(v)``), and its moments hold the ``t`` gradients so far."""
+    r = max(1.0, (1 - betas[0]) / math.sqrt(1 - betas[1]))
+    total = 0.0
+    for t in range(1, steps + 1):
+        flip = 2 * lr * (1.0 if t == 1 else r)
+        total += flip if grad_error is None else min(flip, lr * t * (1 + r) * grad_error / eps)
+    return total
 
 
 def scored_length(tokenizer, prompts, new_tokens: int) -> int:
