@@ -74,6 +74,8 @@ def test_constant_reward_leaves_the_actors_unchanged(tiny_paths, arrangement):
         assert any(not torch.equal(a, b) for a, b in zip(before, critic.parameters()))
 
 
+# the two-token policy's group of a step may hold one completion only (on some seeds): the trainer says so
+@no_signal_expected
 @pytest.mark.parametrize("arrangement", ARRANGEMENTS)
 def test_a_preferred_completion_gains_probability(tiny_paths, arrangement):
     model, tokenizer, ids = two_token_policy(tiny_paths["llama"])

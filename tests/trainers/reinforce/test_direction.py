@@ -61,6 +61,8 @@ def test_constant_reward_unchanged_with_the_after_backward_schedules(tiny_paths,
     assert_unchanged(trainer.agents[0], before, str(schedule))
 
 
+# the two-token policy's group of a step may hold one completion only (on some seeds): the trainer says so
+@no_signal_expected
 @pytest.mark.parametrize("mode, normalize", [("mean", True), ("mean", False), ("raw", False), ("rloo", False), ("max", False)])
 def test_a_preferred_completion_gains_probability(tiny_paths, mode, normalize):
     model, tokenizer, ids = two_token_policy(tiny_paths["llama"])

@@ -8,7 +8,7 @@ said "b", so each agent's preferred completion is "b" whatever the other does.
 
 import pytest
 import torch
-from tests.helpers.common import PROMPTS
+from tests.helpers.common import PROMPTS, no_signal_expected
 from tests.helpers.common import prompt_dataset as dataset
 from tests.helpers.tolerances import rounding_bound
 from tests.helpers.direction import ONE_TOKEN, PREFERRED, assert_preference_learned, completion_logprobs, record_calls, two_token_policy
@@ -62,6 +62,8 @@ def _train(tiny_paths, fields):
     return before, after, calls
 
 
+# the two-token policy's group of a step may hold one completion only (on some seeds): the trainer says so
+@no_signal_expected
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_raises_the_rewarded_completion(tiny_paths, name):
     before, after, calls = _train(tiny_paths, VARIANTS[name])
