@@ -4,9 +4,12 @@ time limits (pytest-timeout). Plain helpers live in ``tests.helpers``."""
 
 from __future__ import annotations
 
+import os
+import resource
 import sys
 
 import pytest
+import torch
 
 from tests.helpers.common import TEST_SEED, find_smollm2_wheel, prompt_dataset, seed_all
 from tests.helpers.tiny_chat_models import build_chat_models
@@ -18,19 +21,65 @@ from tests.helpers.tiny_models import build_tiny_models  # noqa: E402
 SLOW_TIMEOUT = 900
 NETWORK_TIMEOUT = 600
 
+# The tests marked ``numerics``: they compare floats under a tolerance derived from the computation
+# (tests/helpers/tolerances.py) or rely on sampled outcomes, so a tolerance that only holds for one
+# machine's float order, one thread count or one seed would show in them. ``.ci/run`` runs them again
+# under more seeds, 2 torch threads and AVX2 kernels (docs/testing.md, "Numerics"). Node-id prefixes.
+NUMERICS = (
+    "tests/tools/test_numerics_settings.py",
+    "tests/core/",
+    "tests/rollout/test_scoring.py",
+    "tests/rollout/test_generation_isolation.py",
+    "tests/rollout/test_trees.py",
+    "tests/rollout/test_vllm_backend.py::test_trainer_records_its_own_logprobs_not_the_engines",
+    "tests/rollout/test_vllm_logprobs.py",
+    "tests/trainers/test_kl_and_critic_settings.py",
+    "tests/trainers/test_kl_loss.py",
+    "tests/trainers/test_optimisation_mechanisms.py",
+    "tests/trainers/reinforce/test_direction.py",
+    "tests/trainers/reinforce/test_variant_config.py::test_multi_agent_diagnostics_are_logged",
+    "tests/trainers/reinforce/test_magrpo_training.py::test_micro_batches_and_optimizer_schedules_give_the_same_update",
+    "tests/trainers/actor_critic/test_direction.py",
+    "tests/trainers/actor_critic/test_multiturn.py",
+    "tests/trainers/actor_critic/test_q_critic_groups.py",
+    "tests/trainers/actor_critic/test_training.py::test_value_from_the_actor_forward_equals_the_rollout_value",
+    "tests/trainers/actor_critic/test_training.py::test_micro_batches_give_the_gradients_of_the_whole_minibatch",
+    "tests/trainers/preference/test_madpo.py::test_joint_and_micro_batched_updates_agree",
+    "tests/trainers/preference/test_madpo.py::test_a_step_raises_every_agents_winner_margin",
+    "tests/models/test_gradient_checkpointing.py",
+    "tests/models/test_reward_model.py::test_left_and_right_padding_give_the_same_score",
+    "tests/telemetry/test_eval_logging.py::test_reference_kl_is_zero_before_any_update_and_positive_after",
+    "tests/utils/test_compat_faces.py::test_reference_kl_for_sequence_zero_for_identical_and_positive_after_a_change",
+)
+
 
 def pytest_report_header(config):
-    return f"comlrl: every test is seeded with {TEST_SEED} (set COMLRL_TEST_SEED to change it)"
+    return (f"comlrl: every test is seeded with {TEST_SEED} (set COMLRL_TEST_SEED to change it); "
+            f"torch runs {torch.get_num_threads()} thread(s) (COMLRL_TEST_THREADS), {torch.backends.cpu.get_cpu_capability()} kernels")
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if item.nodeid.startswith(NUMERICS):
+            item.add_marker(pytest.mark.numerics)
         if item.get_closest_marker("timeout") is not None:
             continue
         if item.get_closest_marker("network") is not None:
             item.add_marker(pytest.mark.timeout(NETWORK_TIMEOUT))
         elif item.get_closest_marker("slow") is not None:
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    """With ``COMLRL_TEST_RSS_LOG=<file>``: one line per test with the process's resident memory now
+    and its peak so far (MB), to find the test that makes the suite's memory jump (docs/testing.md)."""
+    path = os.environ.get("COMLRL_TEST_RSS_LOG")
+    if path:
+        with open("/proc/self/status") as status:
+            rss = next((int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:")), -1)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+        with open(path, "a") as log:
+            log.write(f"{rss}\t{peak}\t{nodeid}\n")
 
 
 @pytest.fixture(autouse=True)

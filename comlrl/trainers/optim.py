@@ -22,6 +22,7 @@ reduced over ranks once, so every rank takes the same decision. Under FSDP a mod
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
@@ -52,6 +53,20 @@ def backward_together(optimizers: Iterable["AgentOptimizer"], loss: torch.Tensor
     finally:
         for optimizer in optimizers:
             optimizer._armed = False
+
+
+def _weak_hook(method: Callable[[nn.Parameter], None]) -> Callable[[nn.Parameter], None]:
+    """A parameter hook that calls ``method`` while its object lives. A hook holding the optimizer
+    itself would keep it, and through it every parameter and AdamW state, alive after the trainer is
+    gone: the cycle passes through autograd's C++ side, where Python's garbage collector cannot see it."""
+    ref = weakref.WeakMethod(method)
+
+    def hook(param: nn.Parameter) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(param)
+
+    return hook
 
 
 class AgentOptimizer:
@@ -107,7 +122,7 @@ class AgentOptimizer:
         if in_backward:
             # By position, not by dict: load_state_dict replaces the group dicts but keeps their order.
             self._group_index: Dict[int, int] = {id(g["params"][0]): i for i, g in enumerate(self.optimizer.param_groups)}
-            self._handles = [p.register_post_accumulate_grad_hook(self._step_parameter) for p in self.params]
+            self._handles = [p.register_post_accumulate_grad_hook(_weak_hook(self._step_parameter)) for p in self.params]
 
     # ------------------------------------------------------------------ in-backward schedule
     def _step_parameter(self, param: nn.Parameter) -> None:

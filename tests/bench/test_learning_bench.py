@@ -7,7 +7,7 @@ import os
 
 import pytest
 from torch.testing import assert_close
-from tests.helpers.common import REPO_ROOT
+from tests.helpers.common import REPO_ROOT, no_signal_expected
 
 ROOT = REPO_ROOT
 
@@ -52,6 +52,8 @@ def test_summary_pairs_seeds_against_default(learning):
     assert table[3].startswith("| t | x | 1,2,3 |") and "| 0.150 [-0.485, 0.785] |" in table[3] and table[3].endswith("| 10 | 300 |")
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 @pytest.mark.parametrize("task", ["tldr", "strbuild"])
 def test_env_run_records_a_resumable_line(learning, tiny_paths, tmp_path, task):
     class Args:

@@ -97,7 +97,8 @@ def test_a_field_newer_than_the_checkpoint_is_accepted_at_its_default(tiny_paths
 
 
 def test_other_model_dtype_is_refused(tiny_paths, dataset, saved):
-    trainer = make_magrpo(tiny_paths, dataset, model_config={"dtype": "bfloat16"})
+    with pytest.warns(UserWarning, match=r"agents\[[01]\] will train with bfloat16 weights and optimizer state"):
+        trainer = make_magrpo(tiny_paths, dataset, model_config={"dtype": "bfloat16"})
     refused_without_change(trainer, saved, CheckpointError, r"Model 'agents\.0' differs .*float32\[.*\] in the checkpoint, bfloat16\[")
 
 

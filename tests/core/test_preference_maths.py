@@ -31,7 +31,7 @@ def test_bradley_terry_loss_by_hand():
     # mean = 0.720095
     loss = bradley_terry_loss(torch.tensor([2.0, 0.0]), torch.tensor([0.0, 1.0]))
     assert_close(loss, torch.tensor((math.log1p(math.exp(-2)) + math.log1p(math.exp(1))) / 2))
-    assert abs(float(loss) - 0.720095) < 1e-6
+    assert abs(float(loss) - 0.720095) < 5e-7 + 4 * 2**-23  # the 6-decimal value, and float32 rounding of 4 operations at ~1
 
 
 def test_bradley_terry_gradient_raises_the_winner():

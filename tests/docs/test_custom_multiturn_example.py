@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from tests.helpers.common import REPO_ROOT
+from tests.helpers.common import REPO_ROOT, no_signal_expected
 
 ROOT = REPO_ROOT
 MODEL_LINE = "MODEL = default_model_dir()"
@@ -20,6 +20,8 @@ def example() -> str:
     return block
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 def test_the_multi_turn_example_trains_two_turns(chat_models, tmp_path, monkeypatch):
     code = example()
     assert MODEL_LINE in code and "num_turns=2" in code

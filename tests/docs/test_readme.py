@@ -83,6 +83,11 @@ def test_quick_start_learns_on_the_embedded_model(embedded_model_dir, tmp_path, 
         "num_train_epochs=2": "num_train_epochs=1",
         "max_new_tokens=48": "max_new_tokens=12",
         "config = MAGRPOConfig(": "config = MAGRPOConfig(weight_decay=0.0, logging_steps=1,",
+        # The first trainer (two 135M agents with their AdamW states: ~3.3 GB) is released once its agents
+        # are saved, before the second one loads them: holding both took the suite's peak memory to 12 GB
+        # (docs/testing.md, "Time and memory"). Its log stays for the checks below.
+        'trainer.save_model("runs/quickstart/agents")': 'trainer.save_model("runs/quickstart/agents")\n'
+                                                         "first_log = trainer.log_history\ndel trainer",
     })
     monkeypatch.chdir(tmp_path)
     torch.manual_seed(0)
@@ -91,7 +96,7 @@ def test_quick_start_learns_on_the_embedded_model(embedded_model_dir, tmp_path, 
         warnings.simplefilter("error", NoLearningSignalWarning)
         exec(compile(code, "README.md quick start", "exec"), namespace)
 
-    rows = [row for row in namespace["trainer"].log_history if "agent_0/grad_norm" in row]
+    rows = [row for row in namespace["first_log"] if "agent_0/grad_norm" in row]
     assert rows, "no update was logged"
     for row in rows:
         assert row["frac_all_empty_groups"] < 1.0 and row["frac_reward_zero_std"] < 1.0

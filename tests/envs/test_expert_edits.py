@@ -10,6 +10,7 @@ import logging
 import os
 
 import pytest
+from tests.helpers.common import bundled_bf16_expected, no_signal_expected
 
 from comlrl.adapters import CompletionClient
 from comlrl.cli.main import main
@@ -243,6 +244,8 @@ def test_dry_run_with_the_key_set(no_model_loads, monkeypatch, capsys):
 # ----------------------------------------------------------------------------- comlrl train
 
 
+# a bundled config: its models load in bfloat16 (as CoMLRL's), and the loader says so
+@bundled_bf16_expected
 def test_an_expert_that_refuses_mid_run_stops_the_run_with_a_clear_error(chat_models, server, monkeypatch, tmp_path, capsys):
     calls = []
 
@@ -269,6 +272,10 @@ def test_an_expert_that_refuses_mid_run_stops_the_run_with_a_clear_error(chat_mo
             assert KEY.encode() not in path.read_bytes(), name
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+# a bundled config: its models load in bfloat16 (as CoMLRL's), and the loader says so
+@no_signal_expected
+@bundled_bf16_expected
 def test_grpo_with_an_expert_that_never_answers_in_json_finishes(chat_models, server, monkeypatch, tmp_path, caplog):
     server.script("/chat/completions", openai_reply("no json today"))
     monkeypatch.setenv("MY_EXPERT_KEY", KEY)

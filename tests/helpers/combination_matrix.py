@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from datasets import Dataset
 from peft import LoraConfig
+from tests.helpers.direction import agent_steps
+from tests.helpers.tolerances import adamw_gap
 
 PROMPTS = ["Describe a city", "Tell a joke", "Invent a fruit", "Write a story"]
 LR = 1e-5
@@ -37,7 +39,8 @@ AXES: Dict[str, Dict[str, Tuple[Dict[str, Any], Dict[str, Any]]]] = {
 FEATURES = {name: axis for axis, values in AXES.items() for name in values}
 
 # Features that must not change the maths, and how exactly (docs/testing.md): "bit" is bit-identical,
-# "close" allclose (atol 2 * lr: AdamW turns float noise in near-zero gradients into steps of up to lr).
+# "close" allclose within tolerances.adamw_gap(lr, steps): AdamW turns float noise in a near-zero
+# gradient into a step of up to lr (more after the first), in either direction.
 NEUTRAL = {"mp": "bit", "gradient_checkpointing": "close", "micro_batches": "close", "dp2": "close"}
 
 # Pairs refused before any model loads, with the message that says so.
@@ -111,10 +114,11 @@ def run(paths: Dict[str, str], features: Iterable[str]) -> Dict[str, Any]:
     before = [p.detach().clone() for m in trainer.agents for p in m.parameters()]
     trainer.train()
     after = [p.detach().clone() for m in trainer.agents for p in m.parameters()]
+    steps = agent_steps(trainer)
     close = getattr(trainer, "close", None)
     if callable(close):
         close()
-    return {"before": before, "after": after, "rows": [dict(r) for r in trainer.log_history]}
+    return {"before": before, "after": after, "rows": [dict(r) for r in trainer.log_history], "steps": steps}
 
 
 def reference_of(pair: Tuple[str, ...]) -> Tuple[Tuple[str, ...], Optional[str]]:
@@ -134,7 +138,8 @@ def assert_same(got: Dict[str, Any], want: Dict[str, Any], exactness: str, label
         if exactness == "bit":
             assert torch.equal(a, b), f"{label}: tensor {index} differs by {float((a - b).abs().max())}"
         else:
-            torch.testing.assert_close(a, b, atol=2 * LR, rtol=0, msg=lambda m: f"{label}: tensor {index}: {m}")
+            gap = adamw_gap(LR, max(got["steps"], want["steps"]))
+            torch.testing.assert_close(a, b, atol=gap, rtol=0, msg=lambda m: f"{label}: tensor {index}: {m}")
 
 
 def assert_trained(result: Dict[str, Any], label: str) -> None:

@@ -3,7 +3,7 @@ under torchrun with 2 ranks (through dp_worker.py, ``module="combination_scenari
 
 import tests.helpers.combination_matrix as matrix
 from datasets import Dataset
-from tests.helpers.dp_scenarios import PROMPTS, magrpo, reward, summary
+from tests.helpers.dp_scenarios import LR, PROMPTS, magrpo, reward, summary
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 
@@ -21,7 +21,7 @@ def run_magrpo_small_batch(paths, out):
 def run_iac_small_batch(paths, out):
     """IAC with separate critics, K = 2: a buffer of 4 samples per actor in minibatches of 2."""
     args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=2, verbose=False, rollout_buffer_size=4,
-                     train_batch_size=2, agent_learning_rate=2e-5, critic_learning_rate=2e-5, eval_interval=0, weight_decay=0.0,
+                     train_batch_size=2, agent_learning_rate=LR, critic_learning_rate=LR, eval_interval=0, weight_decay=0.0,
                      logging_steps=1)
     trainer = IACTrainer(agent_model=paths["llama"], critic_model=paths["llama"], reward_func=reward, args=args,
                          train_dataset=Dataset.from_dict({"prompt": PROMPTS}))

@@ -19,13 +19,34 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(1)
+# One torch thread unless COMLRL_TEST_THREADS says otherwise: CI reruns the numerics tests with 2
+# threads (.ci/run), since intra-op parallelism changes the order of float sums.
+TEST_THREADS = int(os.environ.get("COMLRL_TEST_THREADS", "1"))
+torch.set_num_threads(TEST_THREADS)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 """The repository's root folder (docs, bench and README paths are read from it)."""
 
 # Every test starts from this seed (python, numpy, torch); COMLRL_TEST_SEED replays another one.
 TEST_SEED = int(os.environ.get("COMLRL_TEST_SEED", "0"))
+
+# A test whose trainer is meant to see a step without a learning signal says so with this mark (and
+# why, in a comment): a constant reward, or a tiny random model whose answers all score alike. The
+# trainer's NoLearningSignalWarning ("shown once") is then expected there; anywhere else it shows in
+# the summary (not an error, as comlrl's other warnings are: whether it fires can depend on the seed).
+no_signal_expected = pytest.mark.filterwarnings("ignore::comlrl.telemetry.signal.NoLearningSignalWarning")
+
+# A bundled config loads its models in bfloat16, as CoMLRL's configs do, and the loader warns that
+# AdamW's small updates round away in bfloat16 weights (asserted in checkpoint/test_refusals.py).
+bundled_bf16_expected = pytest.mark.filterwarnings(r"ignore:(agents|critics)\[\d+\] will train with bfloat16 weights:UserWarning")
+
+# peft's two notes on an adapter over the LM head of a tiny llama whose head is tied to its input
+# embeddings (the LoRA tests adapt lm_head on purpose): the tied input embedding keeps no adapter, and
+# saving that adapter saves the embedding layers. Expected there, so filtered by message and module.
+LM_HEAD_ADAPTER_NOTES = [
+    pytest.mark.filterwarnings("ignore:Model has `tie_word_embeddings=True` and a tied layer is part of the adapter:UserWarning:peft"),
+    pytest.mark.filterwarnings("ignore:Setting `save_embedding_layers` to `True` as embedding layers found:UserWarning:peft"),
+]
 
 PROMPTS = ["Describe a city", "Tell a joke", "Invent a fruit", "Write a story", "Explain teleportation", "Design a playground"]
 

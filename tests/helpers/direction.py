@@ -46,12 +46,14 @@ def preference_reward(completions: Sequence[str]) -> List[float]:
 
 
 def completion_logprobs(lm, tokenizer, prompts: Sequence[str], token_ids: Dict[str, int], temperature: float = 1.0) -> Dict[str, torch.Tensor]:
-    """``{text: [P] log pi(text | prompt)}`` of the one-token completions, from one scoring forward."""
+    """``{text: [P] log pi(text | prompt)}`` of the one-token completions, from one scoring forward
+    (in float32, or in float64 for a float64 ``lm``: a reference free of float32 rounding)."""
     out = {text: [] for text in token_ids}
     with torch.no_grad():
         for prompt in prompts:
             ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-            logits = lm(input_ids=ids).logits[0, -1].float() / temperature
+            logits = lm(input_ids=ids).logits[0, -1]
+            logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
             logprobs = torch.log_softmax(logits, -1)
             for text, index in token_ids.items():
                 out[text].append(logprobs[index])
@@ -80,6 +82,14 @@ def adam_steps(optimizer: torch.optim.Optimizer) -> List[int]:
             state = optimizer.state.get(p, {})
             counts.append(int(state["step"]) if "step" in state else 0)
     return counts
+
+
+def agent_steps(trainer, models=None) -> int:
+    """The most AdamW steps any parameter of ``models`` (default: the trainer's agents) took."""
+    owned = {id(p) for m in (trainer.agents if models is None else models) for p in m.parameters()}
+    optimizers = trainer.named_optimizers().values() if hasattr(trainer, "named_optimizers") else trainer.optimizers
+    return max((count for opt in optimizers for count, p in zip(adam_steps(opt), (p for g in opt.param_groups for p in g["params"]))
+                if id(p) in owned), default=0)
 
 
 def record_calls(trainer) -> List[dict]:

@@ -8,11 +8,13 @@ import random
 import numpy as np
 import torch
 from datasets import Dataset
+from tests.helpers.direction import agent_steps
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 PROMPTS = ["Describe a city", "Tell a joke", "Invent a fruit", "Write a story"]
+LR = 2e-5  # the learning rate of every data-parallel scenario (agents and critics)
 
 
 def seed_everything(seed):
@@ -35,13 +37,14 @@ def summary(trainer, extra=()):
         "parameters": [p.detach().clone() for m in models for p in m.parameters()],
         "env_step": trainer.env_step,
         "rows": [dict(r) for r in trainer.log_history if not any(k.startswith("eval/") for k in r)],
+        "steps": agent_steps(trainer, models),
     }
 
 
 def magrpo(paths, out, **overrides):
     args = MAGRPOConfig(**{
         "num_turns": 2, "num_generations": 2, "max_new_tokens": 5, "num_train_epochs": 2, "verbose": False,
-        "agent_learning_rate": 2e-5, "rollout_buffer_size": 6, "logging_steps": 1, "early_termination_threshold": None,
+        "agent_learning_rate": LR, "rollout_buffer_size": 6, "logging_steps": 1, "early_termination_threshold": None,
         "eval_interval": 0, "weight_decay": 0.0, "output_dir": os.path.join(out, "magrpo-run"), **overrides,
     })
     trainer = MAGRPOTrainer(agents=[paths["llama"], paths["gpt2"]], reward_func=reward, external_transition=transition,
@@ -57,7 +60,7 @@ def run_magrpo(paths, out):
 
 def run_iac(paths, out):
     args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=2, verbose=False,
-                     rollout_buffer_size=4, agent_learning_rate=2e-5, critic_learning_rate=2e-5, eval_interval=0,
+                     rollout_buffer_size=4, agent_learning_rate=LR, critic_learning_rate=LR, eval_interval=0,
                      weight_decay=0.0, logging_steps=1, max_grad_norm=1.0)  # the accumulate-clip-step schedule
     trainer = IACTrainer(agent_model=paths["llama"], critic_model=paths["llama"], reward_func=reward, args=args,
                          train_dataset=Dataset.from_dict({"prompt": PROMPTS}))

@@ -7,7 +7,8 @@ calls ``summary`` at the same point)."""
 import os
 
 from datasets import Dataset
-from tests.helpers.dp_scenarios import PROMPTS, magrpo, reward, seed_everything
+from tests.helpers.direction import agent_steps
+from tests.helpers.dp_scenarios import LR, PROMPTS, magrpo, reward, seed_everything
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.parallel.fsdp import is_sharded, is_sharded_tensor
@@ -25,6 +26,7 @@ def summary(trainer):
         "rows": [r for r in rows if not any(k.startswith("eval/") for k in r)],
         "eval_rows": [r for r in rows if any(k.startswith("eval/") for k in r)],
         "sharded": [is_sharded(agent) for agent in trainer.agents],
+        "steps": agent_steps(trainer),
     }
 
 
@@ -39,7 +41,7 @@ def fsdp_magrpo(paths, out, **overrides):
 def fsdp_iac(paths, epochs=1):
     """Shared-head IAC: a replicated value head on each sharded backbone, one AdamW over both."""
     args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=epochs, verbose=False,
-                     rollout_buffer_size=4, agent_learning_rate=2e-5, eval_interval=0, weight_decay=0.0, logging_steps=1,
+                     rollout_buffer_size=4, agent_learning_rate=LR, eval_interval=0, weight_decay=0.0, logging_steps=1,
                      use_separate_critic=False, fsdp=True, value_loss_coef=0.5)
     return IACTrainer(agent_model=paths["llama"], reward_func=reward, args=args, train_dataset=Dataset.from_dict({"prompt": PROMPTS}))
 

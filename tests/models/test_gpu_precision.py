@@ -6,7 +6,7 @@ import types
 
 import pytest
 import torch
-from tests.helpers.common import length_ratio
+from tests.helpers.common import length_ratio, no_signal_expected
 from tests.models.test_precision import bf16_dir, moved_fraction  # noqa: F401  (bf16_dir is a fixture)
 from transformers import AutoModelForCausalLM
 
@@ -96,6 +96,8 @@ def test_fp32_default_on_cpu_runs_no_autocast(tiny_paths, prompts_dataset):
     assert set(seen) == {torch.float32}
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 def test_bf16_mixed_actor_critic_value_heads_stay_float32(tiny_paths, prompts_dataset):
     trainer = IACTrainer(
         agent_model=tiny_paths["llama"], critic_model=tiny_paths["llama"], reward_func=length_ratio,

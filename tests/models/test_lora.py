@@ -8,8 +8,9 @@ import random
 import pytest
 import torch
 from tests.helpers.checkpoint_runs import assert_same_run, make_dataset, run_summary, seed_everything
-from tests.helpers.common import length_ratio
+from tests.helpers.common import LM_HEAD_ADAPTER_NOTES, length_ratio, no_signal_expected
 from tests.helpers.tiny_models import CORPUS
+from tests.helpers.tolerances import logit_bound
 from peft import LoraConfig, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -17,6 +18,8 @@ from comlrl.models.lora import AdapterModel, BaseReference
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from comlrl.checkpoint.layout import latest_checkpoint
+
+pytestmark = LM_HEAD_ADAPTER_NOTES
 
 LORA = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "lm_head"], lora_dropout=0.0)
 
@@ -70,6 +73,8 @@ def eos_biased_dir(tiny_paths, tmp_path_factory):
     return str(path)
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 def test_two_agents_share_one_frozen_base_and_learn_opposite_things(eos_biased_dir, prompts_dataset):
     """Agent 0 is rewarded for short answers, agent 1 for long ones: through one shared base, agent 0's
     adapter shortens its sampled completions and agent 1's lengthens them, and the base does not change.
@@ -133,10 +138,12 @@ def test_save_load_merge_and_continue(tiny_paths, prompts_dataset, tmp_path):
         with torch.no_grad():
             torch.testing.assert_close(agent(input_ids=ids).logits, live[i], rtol=0, atol=0)  # merging left the base alone
             loaded = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_paths["llama"]), str(folder))
-            torch.testing.assert_close(loaded(input_ids=ids).logits, live[i])
+            torch.testing.assert_close(loaded(input_ids=ids).logits, live[i], rtol=0, atol=0)  # the same weights, the same forward
             merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / f"agent_{i}")
             assert not any("lora" in n for n, _ in merged.named_parameters())
-            torch.testing.assert_close(merged(input_ids=ids).logits, live[i], rtol=1e-4, atol=1e-5)
+            # W + s B A rounded into one weight vs W x + s B (A x): float32 rounding along a chain longer by the rank
+            atol = 2 * logit_bound(merged, ids.shape[1], extra_terms=LORA.r)
+            torch.testing.assert_close(merged(input_ids=ids).logits, live[i], rtol=0, atol=atol)
     # adapter folders given back as agents continue from the trained adapters, on one shared base again
     resumed = MAGRPOTrainer(agents=[str(tmp_path / "adapters" / "agent_0"), str(tmp_path / "adapters" / "agent_1")],
                             reward_func=length_ratio, train_dataset=prompts_dataset, args=lora_args())

@@ -4,13 +4,17 @@ parallel_training="mp"; mp with gradient checkpointing over a shared base is ref
 
 import pytest
 import torch
-from tests.helpers.common import length_ratio, seed_all
+from tests.helpers.common import LM_HEAD_ADAPTER_NOTES, PROMPTS, length_ratio, seed_all
+from tests.helpers.tolerances import k3_noise, logprob_bound, scored_length
 from peft import LoraConfig
 
 from comlrl.models.lora import AdapterReference, BaseReference
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 IDS = torch.tensor([[5, 9, 17, 33, 40]])
+
+
+pytestmark = LM_HEAD_ADAPTER_NOTES
 
 
 def lora(init=True):
@@ -41,9 +45,12 @@ def test_a_non_zero_adapter_is_its_own_reference(tiny_paths, prompts_dataset):
     assert not torch.allclose(initial[0], base)
     for ref, start in zip((ref0, ref1), initial):
         torch.testing.assert_close(logits(ref), start, rtol=0, atol=0)
+    # the first rollout is sampled from the reference itself: its k3 KL is float noise (tolerances.k3_noise)
+    tokens = args().max_new_tokens
+    delta = max(2 * logprob_bound(a, scored_length(t, PROMPTS[:4], tokens)) for a, t in zip(trainer.agents, trainer.tokenizers))
     trainer.train()
     first = trainer.log_history[0]
-    assert abs(first["turn_1/reference_kl_mean"]) < 1e-5  # the first rollout is sampled from the reference itself
+    assert abs(first["turn_1/reference_kl_mean"]) <= k3_noise(delta, tokens)
     for ref, agent, start in zip((ref0, ref1), trainer.agents, initial):
         torch.testing.assert_close(logits(ref), start, rtol=0, atol=0)
         assert not torch.allclose(logits(agent), start)

@@ -10,7 +10,8 @@ import sys
 import pytest
 from tests.helpers.common import REPO_ROOT
 import torch
-from tests.helpers.dp_scenarios import SCENARIOS, magrpo, seed_everything
+from tests.helpers.dp_scenarios import LR, SCENARIOS, magrpo, seed_everything
+from tests.helpers.tolerances import adamw_gap
 
 from comlrl.checkpoint.files import CheckpointError
 
@@ -48,11 +49,17 @@ def one_process(scenario, paths, out):
 
 def assert_close_runs(single, double):
     """Same samples (env steps, rewards), the same logged gradient norms and losses up to float noise, and
-    parameters within 1e-5 (Adam turns float noise in near-zero gradients into updates of order lr, which
-    is why lr is small here)."""
+    parameters within tolerances.adamw_gap(lr, steps): 2 ranks sum the gradients in another order, and
+    AdamW turns float noise in a near-zero gradient into a step of up to lr in either direction.
+
+    The logged values (rewards, losses and norms of order 1) are compared at 1e-4, the normwise float32
+    bound of one forward and backward of these models (tolerances.gradient_bound: 4 x chain ~ 200 x
+    eps); that later steps start from weights up to the gap apart and still agree to it holds for these
+    runs (no sampled token sits at a tie), not for every run."""
     assert double["env_step"] == single["env_step"]
+    gap = adamw_gap(LR, max(single["steps"], double["steps"]))
     for a, b in zip(single["parameters"], double["parameters"]):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+        torch.testing.assert_close(a, b, atol=gap, rtol=0)
     assert [sorted(r) for r in single["rows"]] == [sorted(r) for r in double["rows"]]
     for r1, r2 in zip(single["rows"], double["rows"]):
         for key in r1:

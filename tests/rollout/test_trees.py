@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tests.helpers.common import PROMPTS, changed, snapshot
+from tests.helpers.common import PROMPTS, changed, no_signal_expected, snapshot
 from torch.testing import assert_close
 
 from comlrl.rollout.formatters import build_formatters
@@ -169,6 +169,8 @@ def custom_external(prompt, agent_completions, num_agents, prompt_history_per_ag
     return [f"{prompt}\nPrevious attempt: {agent_completions[i]}\nPlease revise." for i in range(num_agents)]
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 def test_two_turn_magrpo_with_feedback_trains(tiny_paths, prompts_dataset):
     seen = []
 

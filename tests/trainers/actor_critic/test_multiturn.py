@@ -3,7 +3,7 @@ bootstrap from the next turn's value, and early termination ends an episode."""
 
 import pytest
 import torch
-from tests.helpers.common import length_ratio
+from tests.helpers.common import length_ratio, no_signal_expected
 from torch.testing import assert_close
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig, MAACTrainer
@@ -63,6 +63,8 @@ def test_transition_receives_the_histories_and_targets_bootstrap(tiny_paths, pro
         assert_close(turns[0].returns, torch.tensor(rewards[0] + 0.9 * rewards[1] + 0.81 * rewards[2]))
 
 
+# a constant reward: no step has a learning signal, and the trainer says so
+@no_signal_expected
 def test_early_termination_ends_the_episode(tiny_paths, prompts_dataset):
     transition, episodes = Recorder(), []
     trainer = IACTrainer(

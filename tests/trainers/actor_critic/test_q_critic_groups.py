@@ -4,7 +4,7 @@ before anything loads; a group of one that still happens (an epoch's leftover) i
 
 import pytest
 import torch
-from tests.helpers.common import prompt_dataset
+from tests.helpers.common import no_signal_expected, prompt_dataset
 from torch.testing import assert_close
 
 from comlrl.trainers.actor_critic import IACConfig, IACTrainer, MAACConfig
@@ -43,6 +43,8 @@ def test_enough_samples_or_generations_are_accepted():
     IACConfig(critic_type="q", num_turns=2, rollout_buffer_size=1, num_generations=2)
 
 
+# a group of one sample: its rewards cannot differ, and the trainer says so
+@no_signal_expected
 def test_a_leftover_group_of_one_is_warned_about(tiny_paths):
     trainer = IACTrainer(agent_model=tiny_paths["llama"], reward_func=lambda c: [float(len(x)) for x in c],
                          train_dataset=prompt_dataset(3),

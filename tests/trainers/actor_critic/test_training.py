@@ -4,7 +4,8 @@ stepped once per minibatch)."""
 
 import pytest
 import torch
-from tests.helpers.common import changed, length_ratio, snapshot
+from tests.helpers.common import PROMPTS, changed, length_ratio, no_signal_expected, snapshot
+from tests.helpers.tolerances import gradient_bound, rounding_bound, scored_length, value_bound
 from torch.testing import assert_close
 from transformers import AutoTokenizer
 
@@ -171,11 +172,17 @@ def test_value_from_the_actor_forward_equals_the_rollout_value(tiny_paths, criti
 
     samples = [type("S", (), {"value_target": torch.tensor(0.0), "old_value": torch.tensor(0.0)})() for _ in range(2)]
     Probe(actor.value_head, samples, coef=1.0, clip_range=None, final_state=critic_type == "q")(scores, batch, slice(0, 2))
-    # loss = mean(V^2) and value_mean = mean(V) with targets 0: both match the rollout-time values
-    assert_close(captured["loss"].detach(), (expected**2).mean(), atol=1e-5, rtol=1e-4)
-    assert captured["metrics"]["value_mean"] == pytest.approx(float(expected.mean()), abs=1e-5)
+    # loss = mean(V^2) and value_mean = mean(V) with targets 0: both match the rollout-time values up to
+    # float32 rounding: two forwards' values are at most dv = 2 value_bound apart, so V^2 moves by at most
+    # 2 |V| dv + dv^2, and the means over 2 rows round once more
+    dv = 2 * value_bound(actor, actor.value_head, 5)
+    worst = float(expected.abs().max())
+    assert_close(captured["loss"].detach(), (expected**2).mean(), atol=2 * worst * dv + dv**2 + rounding_bound(3, worst**2), rtol=0)
+    assert captured["metrics"]["value_mean"] == pytest.approx(float(expected.mean()), abs=dv + rounding_bound(3, worst))
 
 
+# tiny random models: all answers of a step may score alike, and the trainer says so
+@no_signal_expected
 def test_maac_q_critic_and_per_agent_rewards(tiny_paths, prompts_dataset):
     seen = []
 
@@ -266,9 +273,12 @@ def test_micro_batches_give_the_gradients_of_the_whole_minibatch(tiny_paths, pro
                 results.append(captured_gradients(t.policies[0].optimizer, lambda: t.step.actor_step(0, agent0)))
         whole, micro = results
         assert whole.keys() == micro.keys() and any(g is not None for g in whole.values())
+        # micro-batches pad each forward to another width and sum in another order: float32 rounding only
+        model = t.critics[0] if t is trainer else t.agents[0]
+        length = scored_length(t.tokenizers[0], PROMPTS[:2], BASE["max_new_tokens"])
         for key in whole:
             if whole[key] is not None:
-                torch.testing.assert_close(micro[key], whole[key], atol=1e-5, rtol=1e-4)
+                torch.testing.assert_close(micro[key], whole[key], atol=gradient_bound(model, length, whole[key]), rtol=0)
 
 
 def critic_step_of(trainer, samples):

@@ -141,7 +141,8 @@ def test_save_model_exports_the_reward_model_and_it_loads_back(tiny_paths, promp
     assert sorted(os.listdir(out)) == ["agent_0", "agent_1", "reward_model"]
     again = make(tiny_paths, prompts_dataset, reward_model_name=os.path.join(out, "reward_model"))
     texts = ["Joint multi-agent response\n\nAgent 1 prompt:\nx"]
-    assert again.reward_learning.scorer.score_texts(texts) == pytest.approx(trainer.reward_learning.scorer.score_texts(texts), abs=1e-6)
+    # the same float32 weights read back and the same forward on the same text: the same numbers
+    assert again.reward_learning.scorer.score_texts(texts) == trainer.reward_learning.scorer.score_texts(texts)
     with pytest.raises(FileExistsError):
         trainer.save_model(out)
 

@@ -8,8 +8,9 @@ said "b", so each agent's preferred completion is "b" whatever the other does.
 
 import pytest
 import torch
-from tests.helpers.common import PROMPTS
+from tests.helpers.common import PROMPTS, no_signal_expected
 from tests.helpers.common import prompt_dataset as dataset
+from tests.helpers.tolerances import rounding_bound
 from tests.helpers.direction import ONE_TOKEN, PREFERRED, assert_preference_learned, completion_logprobs, record_calls, two_token_policy
 
 from comlrl.core import get_advantage, register_advantage
@@ -61,6 +62,8 @@ def _train(tiny_paths, fields):
     return before, after, calls
 
 
+# the two-token policy's group of a step may hold one completion only (on some seeds): the trainer says so
+@no_signal_expected
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_raises_the_rewarded_completion(tiny_paths, name):
     before, after, calls = _train(tiny_paths, VARIANTS[name])
@@ -68,7 +71,9 @@ def test_variant_raises_the_rewarded_completion(tiny_paths, name):
         assert_preference_learned(b, a)
     correlations = [c["agents/credit_correlation"] for c in calls if "agents/credit_correlation" in c]
     if name == "counterfactual":  # agent 0's credit varies along the rows of the K x K grid, agent 1's along its columns
-        assert correlations and all(abs(c) < 1e-6 for c in correlations)
+        # exactly 0 for credits constant along rows vs along columns, up to the float64 rounding of the
+        # centring, dot product and norms over the J <= 64 joint responses
+        assert correlations and all(abs(c) <= rounding_bound(4 * 64, 1.0, torch.float64) for c in correlations)
     assert all(0.0 <= c["agent_0/frac_zero_signal_groups"] <= 1.0 for c in calls if "agent_0/frac_zero_signal_groups" in c)
     if name == "sequential":  # agent 1's advantages carried agent 0's ratio, which moved off 1
         factors = [c["agent_1/sequential_factor_mean"] for c in calls if "agent_1/sequential_factor_mean" in c]

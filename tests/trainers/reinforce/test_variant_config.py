@@ -2,8 +2,10 @@
 loss is selected by name and really used), and the refused combinations name the fields and the fix."""
 
 import pytest
+import torch
 from tests.helpers.common import prompt_dataset as dataset
 from tests.helpers.common import snapshot
+from tests.helpers.tolerances import rounding_bound
 
 from comlrl.core import register_advantage, register_policy_loss, token_surrogate
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
@@ -99,7 +101,9 @@ def test_multi_agent_diagnostics_are_logged(tiny_paths):
     calls = record_calls(trainer)
     trainer.train()
     correlations = [c["agents/credit_correlation"] for c in calls if "agents/credit_correlation" in c]
-    assert correlations and all(abs(c - 1.0) < 1e-6 for c in correlations)
+    # identical float32 credits: their correlation is 1 up to the float64 rounding of its centring, dot
+    # product and norms over the J <= 64 joint responses of a step
+    assert correlations and all(abs(c - 1.0) <= rounding_bound(4 * 64, 1.0, torch.float64) for c in correlations)
     steps = [c for c in calls if "agent_1/grad_norm" in c]
     assert len(steps) == 2
     for row in steps:
