@@ -38,7 +38,9 @@ AUX = "def aux(a, b):\n    return a + b"
 HONEST = "def add(a, b):\n    return a + b"
 COOPERATING = "def add(a, b):\n    total = aux(a, b)\n    total = total + 0\n    return total"
 ITEM_BOUND_S = 10.0
-"""Seconds one item may take on a loaded 2-core machine; the quadratic regex alone took minutes at this size."""
+"""CPU seconds one item may cost the trainer's process (``time.process_time``: the work of the analysis
+itself, not how busy the machine is; these items run nothing in the sandbox); the quadratic regex
+alone took minutes at this size."""
 
 
 @pytest.fixture(scope="module")
@@ -94,9 +96,9 @@ def test_the_wrapper_check_is_linear_in_a_long_run_of_word_characters(envs):
     # it passes every test and calls aux (+0.5); two lines, the first no "v = aux(": no wrapper (+1.0)
     assert rewards == pytest.approx([4.0, 4.0, 4.0])
     for text in texts.values():
-        started = time.monotonic()
+        started = time.process_time()
         assert analysis.is_thin_wrapper(analysis.extract_function(text, "add")) is False
-        assert time.monotonic() - started < ITEM_BOUND_S
+        assert time.process_time() - started < ITEM_BOUND_S
     # the fixed pattern finds what the original finds, from the word's start
     for line in ("total = aux(a, b)", "x, total = aux(a)", "ab=c = aux(", "aa = bb = aux(1)", "v=aux  (", "é = aux("):
         original = __import__("re").search(r"(\w+)\s*=\s*aux\s*\(", line)
@@ -252,10 +254,10 @@ def _fuzz(envs, count):
     reward, feedback = envs
     slowest = (0.0, None)
     for aux, main in hostile_texts(count):
-        started = time.monotonic()
+        started = time.process_time()
         (value,) = reward.reward_func([aux], [main], batch_items=[NO_TESTS])
         prompts = transition(feedback, NO_TESTS, aux, main)
-        elapsed = time.monotonic() - started
+        elapsed = time.process_time() - started
         slowest = max(slowest, (elapsed, main[:60]), key=lambda pair: pair[0])
         assert 0.0 <= value <= 1.5  # no tests: at most 0.4 + 0.6 + 0.5
         assert len(prompts) == 2 and all("Diagnostics of the last attempt:" in p for p in prompts)
