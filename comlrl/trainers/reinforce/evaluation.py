@@ -10,14 +10,14 @@ from comlrl.trainers.run import Run, evaluation_items
 
 
 class GroupEvaluation:
-    """Greedy evaluation over the eval dataset (``reward``: the task reward; ``eval_logger`` /
-    ``eval_aggregator``: CoMLRL 1.4.x's per-item logger and its aggregation, both optional)."""
+    """Greedy evaluation over the eval dataset (``reward``: the task reward; ``hooks``: the object whose
+    ``eval_logger`` / ``eval_aggregator`` attributes, CoMLRL 1.4.x's per-item logger and its
+    aggregation, are read at each evaluation: the trainer, whose user may set them at any time)."""
 
-    def __init__(self, run: Run, reward: RewardFunction, eval_logger: Any = None, eval_aggregator: Any = None):
+    def __init__(self, run: Run, reward: RewardFunction, hooks: Any = None):
         self.run = run
         self.reward = reward
-        self.eval_logger = eval_logger
-        self.eval_aggregator = eval_aggregator
+        self.hooks = hooks
 
     def evaluate(self, num_eval_samples: Optional[int] = None) -> Dict[str, float]:
         """One greedy response per agent per turn on up to ``num_eval_samples`` eval items.
@@ -56,11 +56,13 @@ class GroupEvaluation:
 
     def _aggregated(self, completions: List[List[List[str]]], items: List[Any]) -> Dict[str, float]:
         """``eval_aggregator(eval_logger(...))`` as ``eval/<key>`` metrics (nothing without both)."""
-        if self.eval_logger is None or self.eval_aggregator is None:
+        logger = self.hooks.eval_logger if self.hooks is not None else None
+        aggregator = self.hooks.eval_aggregator if self.hooks is not None else None
+        if logger is None or aggregator is None:
             return {}
-        per_item = self.eval_logger(
+        per_item = logger(
             agent_completions_turns=completions, batch_items=items,
             prompts=[item.get("prompt", "") if hasattr(item, "get") else "" for item in items],
         )
-        aggregated = self.eval_aggregator(per_item, num_turns=self.run.args.num_turns)
+        aggregated = aggregator(per_item, num_turns=self.run.args.num_turns)
         return {key if key.startswith("eval/") else f"eval/{key}": float(value) for key, value in (aggregated or {}).items()}
