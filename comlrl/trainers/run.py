@@ -71,6 +71,25 @@ class Step(Protocol):
         """Update on whatever the buffers hold at the end of an epoch."""
 
 
+class DatasetEpochs:
+    """The epoch methods of a step that walks the training dataset (the MAGRPO family, the actor-critic
+    family): ``self.run`` and ``self.items_per_step()`` are the step's."""
+
+    run: "Run"
+
+    def items_per_step(self) -> int:
+        raise NotImplementedError
+
+    def epoch_length(self) -> Optional[int]:
+        return dataset_length(self.run.task.train_dataset)
+
+    def epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
+        return dataset_steps(self.run.task.train_dataset, start, self.items_per_step())
+
+    def evaluation_due(self, start: int, count: int) -> bool:
+        return self.run.item_schedule_due(start, count)
+
+
 def dataset_steps(dataset: Any, start: int, size: int) -> Iterator[Tuple[int, List[Any]]]:
     """``(position, items)`` of consecutive steps of ``size`` items, from item ``start`` on."""
     if is_map_dataset(dataset):

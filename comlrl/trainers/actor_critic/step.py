@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -31,9 +31,8 @@ from comlrl.trainers.actor_critic.rewards import AgentRewards
 from comlrl.trainers.actor_critic.samples import NodeSamples, RolloutSample, assign_td_targets, build_node_samples, flat_samples
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
 from comlrl.trainers import reference_kl
-from comlrl.trainers.datasets import dataset_length
 from comlrl.trainers.reinforce.step import chunked
-from comlrl.trainers.run import Run, dataset_steps
+from comlrl.trainers.run import DatasetEpochs, Run
 from comlrl.trainers.update import PolicyRows, UpdateSettings, backward_policy_rows
 
 
@@ -45,7 +44,7 @@ def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values))
 
 
-class ActorCriticStep:
+class ActorCriticStep(DatasetEpochs):
     """The actor-critic step (see the module docstring). ``reward``: what training episodes are
     scored with (the task reward; MARLHF: its learned one); ``metrics_callback``: 1.4.x's per-item
     metrics of the samples."""
@@ -78,15 +77,6 @@ class ActorCriticStep:
 
     def items_per_step(self) -> int:
         return self.items_for(self.args)
-
-    def epoch_length(self) -> Optional[int]:
-        return dataset_length(self.run.task.train_dataset)
-
-    def epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
-        return dataset_steps(self.run.task.train_dataset, start, self.items_per_step())
-
-    def evaluation_due(self, start: int, count: int) -> bool:
-        return self.run.item_schedule_due(start, count)
 
     # ------------------------------------------------------------------ 1. rollout
     def tree(self, reward: RewardFunction, *, num_generations: int, greedy: bool) -> TreeRollout:

@@ -35,7 +35,7 @@ from comlrl.trainers.preference.madpo import MADPOTrainer, madpo_arguments
 from comlrl.trainers.preference.marlhf import MARLHFTrainer
 from comlrl.trainers.preference.output_paths import OutputDirs
 from comlrl.trainers.preference.replay import PreferenceReplay, write_json_new, write_shard
-from comlrl.trainers.preference.rounds import PreferenceRounds
+from comlrl.trainers.preference.rounds import PreferenceRounds, rounds_attribute
 
 __all__ = ["IterativeRounds", "MADPOIterConfig", "MADPOIterTrainer", "MARLHFIterConfig", "MARLHFIterTrainer"]
 
@@ -212,17 +212,9 @@ class MADPOIterTrainer(MADPOTrainer):
     def _rounds(self) -> PreferenceRounds:
         return IterativeRounds(self)
 
-    @property
-    def comparator(self) -> Comparator:
-        return self.rounds.comparator
-
-    @property
-    def replay(self) -> PreferenceReplay:
-        return self.rounds.replay
-
-    @property
-    def outputs(self) -> OutputDirs:
-        return self.rounds.outputs
+    comparator = rounds_attribute("comparator", "The comparator the team meets every round (``comparators.Comparator``).")
+    replay = rounds_attribute("replay", "Every round's pairs and the selection a round trains on (``replay.PreferenceReplay``).")
+    outputs = rounds_attribute("outputs", "The folders the rounds write into (``output_paths.OutputDirs``).")
 
 
 class MARLHFIterTrainer(MARLHFTrainer):
@@ -266,17 +258,9 @@ class MARLHFIterTrainer(MARLHFTrainer):
             return self.reward_learning.learned_reward  # the previous round's reward model (raw = processed)
         return self.task.reward
 
-    @property
-    def comparator(self) -> Comparator:
-        return self.rounds.comparator
-
-    @property
-    def replay(self) -> PreferenceReplay:
-        return self.rounds.replay
-
-    @property
-    def outputs(self) -> OutputDirs:
-        return self.rounds.outputs
+    comparator = rounds_attribute("comparator", "The comparator the team meets every round (``comparators.Comparator``).")
+    replay = rounds_attribute("replay", "Every round's pairs and the selection a round trains on (``replay.PreferenceReplay``).")
+    outputs = rounds_attribute("outputs", "The folders the rounds write into (``output_paths.OutputDirs``).")
 
 
 class _IterativeRewardState:

@@ -26,7 +26,7 @@ from comlrl.trainers.preference.collaboration import CentralizedCollaboration, R
 from comlrl.trainers.preference.collection import AgentPreferenceTensors, PreferencePair
 from comlrl.trainers.preference.config import MADPOConfig
 from comlrl.trainers.preference.pair_step import PairStep
-from comlrl.trainers.preference.rounds import PreferenceProgress, PreferenceRounds
+from comlrl.trainers.preference.rounds import PREFERENCE_PAIRS, PROGRESS, PreferenceProgress, PreferenceRounds
 from comlrl.trainers.registry import algorithm_defaults
 from comlrl.trainers.reinforce.evaluation import GroupEvaluation
 from comlrl.trainers.reinforce.magrpo import check_eval_hooks, load_language_team
@@ -169,11 +169,5 @@ class MADPOTrainer(Trainer):
     def _rounds(self) -> PreferenceRounds:
         return PreferenceRounds(self.run, self.algorithm_name)
 
-    @property
-    def progress(self) -> PreferenceProgress:
-        return self.rounds.progress
-
-    @property
-    def preference_pairs(self) -> List[PreferencePair]:
-        """The pairs the learning phase trains on (this round's, and replayed ones in iterative runs)."""
-        return self.rounds.preference_pairs
+    progress = PROGRESS
+    preference_pairs = PREFERENCE_PAIRS

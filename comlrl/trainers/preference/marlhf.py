@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists, tokenizer_fingerprint
+from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_agent_lists
 from comlrl.models.loading import check_model_config
 from comlrl.models.lora import normalize_peft_configs
 from comlrl.models.reward_model import REWARD_MODEL_DIR, loadable_name, resolve_reward_model_source
@@ -35,7 +35,7 @@ from comlrl.trainers.preference.collaboration import RoleSplittingMetrics
 from comlrl.trainers.preference.config import MARLHFConfig
 from comlrl.trainers.preference.madpo import assemble_preference_team, attach_rounds, madpo_arguments
 from comlrl.trainers.preference.reward_learning import RewardLearning
-from comlrl.trainers.preference.rounds import PreferenceProgress, PreferenceRounds
+from comlrl.trainers.preference.rounds import PREFERENCE_PAIRS, PROGRESS, PreferenceRounds
 from comlrl.trainers.registry import ALGORITHMS, Algorithm
 from comlrl.trainers.reinforce.step import GroupStep
 from comlrl.trainers.trainer import Trainer
@@ -234,13 +234,8 @@ class MARLHFTrainer(Trainer):
     def learned_reward(self) -> Any:
         return self.reward_learning.learned_reward
 
-    @property
-    def progress(self) -> PreferenceProgress:
-        return self.rounds.progress
-
-    @property
-    def preference_pairs(self) -> List[Any]:
-        return self.rounds.preference_pairs
+    progress = PROGRESS
+    preference_pairs = PREFERENCE_PAIRS
 
     def save_model(self, output_dir: str, overwrite: bool = False, merge_adapters: bool = False) -> None:
         """``agent_i/`` for every agent (see ``Trainer.save_model``) and ``reward_model/``: the reward

@@ -170,3 +170,13 @@ class PreferenceRounds:
                 )
 
         return check
+
+
+def rounds_attribute(name: str, doc: str) -> property:
+    """A trainer's read-only view of its rounds' attribute ``name`` (``trainer.progress``,
+    ``trainer.preference_pairs``, the iterative trainers' ``comparator``, ``replay``, ``outputs``)."""
+    return property(lambda trainer: getattr(trainer.rounds, name), doc=doc)
+
+
+PROGRESS = rounds_attribute("progress", "Where the run is: round, phase, items collected, updates (``PreferenceProgress``).")
+PREFERENCE_PAIRS = rounds_attribute("preference_pairs", "The pairs the learning phase trains on (this round's, and replayed ones in iterative runs).")

@@ -14,7 +14,7 @@ top to bottom:
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
 import torch
 
@@ -24,7 +24,7 @@ from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.reinforce.group_credit import GroupCredit
-from comlrl.trainers.run import Run, dataset_steps
+from comlrl.trainers.run import DatasetEpochs, Run
 from comlrl.trainers.update import PolicyRows, UpdateSettings, backward_policy_rows, step_tokens
 
 
@@ -33,7 +33,7 @@ def chunked(values: List[Any], size: int) -> Iterator[List[Any]]:
         yield values[start : start + size]
 
 
-class GroupStep:
+class GroupStep(DatasetEpochs):
     """The MAGRPO-family step (see the module docstring). ``reward``: what training rollouts are
     scored with (the task reward; MARLHF: its learned one)."""
 
@@ -61,17 +61,6 @@ class GroupStep:
 
     def items_per_step(self) -> int:
         return self.items_for(self.args, self.team.num_agents)
-
-    def epoch_length(self) -> Optional[int]:
-        from comlrl.trainers.datasets import dataset_length
-
-        return dataset_length(self.run.task.train_dataset)
-
-    def epoch_chunks(self, start: int) -> Iterator[Tuple[int, List[Any]]]:
-        return dataset_steps(self.run.task.train_dataset, start, self.items_per_step())
-
-    def evaluation_due(self, start: int, count: int) -> bool:
-        return self.run.item_schedule_due(start, count)
 
     # ------------------------------------------------------------------ 1-2. rollout and buffers
     def tree(self) -> TreeRollout:
