@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator, List, Optional, Tuple
 
-from comlrl.telemetry.progress import ProgressBar, StepTimer, remaining_steps
+from comlrl.rollout.rows import labelled_rows
+from comlrl.telemetry.progress import ProgressBar, RunClock, remaining_evaluations, remaining_steps
 from comlrl.trainers.datasets import dataset_length, is_map_dataset
 
 
@@ -17,7 +18,9 @@ class EpochLoop:
     def _run_epochs(self) -> None:
         total = self.args.num_train_epochs
         length = self._epoch_length()
-        timer = StepTimer(remaining_steps(length, self._items_per_step(), self.state.epoch, self.state.position, total))
+        where = (length, self._items_per_step(), self.state.epoch, self.state.position, total)
+        interval = self.args.eval_interval if self.eval_dataset is not None else 0
+        self._run_clock = timer = RunClock(remaining_steps(*where), remaining_evaluations(*where, interval))
         while self.state.epoch < total:
             bar = ProgressBar(
                 total=length, initial=self.state.position, enabled=self.verbose,
@@ -27,13 +30,16 @@ class EpochLoop:
                 for start, items, last in self._epoch_steps(self.state.position):
                     self._maybe_evaluate(start, len(items))
                     local, ids = self._dist.shard(start, items)
-                    self._train_step(local, ids)
+                    with labelled_rows(items, start):  # errors on a row name it (train_dataset row N)
+                        self._train_step(local, ids)
                     self.state.position = start + len(items)
                     self.state.global_step += 1
                     # The epoch's last step is logged with the epoch's means, after the buffers drain.
+                    note = timer.step_done()
+                    bar.estimate(timer.left())
                     bar.update(len(items), None if last else self.metrics.flush(self.env_step))
-                    if not timer.done:
-                        bar.note(f"{self.algorithm_name}: {timer.estimate()}")
+                    if note:
+                        bar.note(f"{self.algorithm_name}: {note}")
                     self._after_step()
                     self._checkpoint_after_step(self.state.global_step)
                 self._flush_buffers()
@@ -90,7 +96,7 @@ class EpochLoop:
         if self.eval_dataset is None or interval <= 0:
             return
         if any((start + offset) % interval == 0 for offset in range(count)):
-            with self._unsharded():  # every rank unshards; rank 0 evaluates for the run
+            with self._unsharded(), self._run_clock.evaluating():  # every rank unshards; rank 0 evaluates for the run
                 if self._dist.is_main:
                     self.evaluate()
 
