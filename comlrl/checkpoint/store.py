@@ -28,6 +28,7 @@ from comlrl.checkpoint.folder import (  # noqa: F401  (write_checkpoint, LoadPla
     write_checkpoint,
 )
 from comlrl.checkpoint.interrupt import TrainingInterrupted
+from comlrl.models.storage import writing
 from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.state import (
     CheckpointComponents,
@@ -38,6 +39,8 @@ from comlrl.checkpoint.state import (
     dataset_info,
     jsonable,
     restore_rng_state,
+    check_reward_fingerprint,
+    reward_fingerprint,
     tokenizer_fingerprint,
 )
 
@@ -217,8 +220,9 @@ class TrainingCheckpointMixin:
                 self._checkpoint_identity(), trainer_class=self._checkpoint_class_name(), run_id=self._checkpoint_run_id,
                 sequence=sequence, rng=rng,
             )
-            write_checkpoint(staging, self._checkpoint_components(), identity, gathered)
-            layout.publish(staging, target)
+            with writing(target, "the checkpoint", lambda: self._checkpoint_kept(parent)):
+                write_checkpoint(staging, self._checkpoint_components(), identity, gathered)
+                layout.publish(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -227,6 +231,14 @@ class TrainingCheckpointMixin:
         self._checkpoint_barrier()
         self._checkpoint_sequence = sequence
         return target
+
+    @staticmethod
+    def _checkpoint_kept(directory: str) -> str:
+        """What a failed checkpoint write leaves (its partial folder is removed)."""
+        latest = layout.latest_checkpoint(directory) if os.path.isdir(directory) else None
+        earlier = f" The earlier checkpoints are untouched (latest: {latest}; resume from it with " \
+                  f"resume_from_checkpoint=... / --resume)." if latest else ""
+        return f" The partial checkpoint was removed.{earlier}"
 
     def _checkpoint_validate(self, folder: str) -> LoadPlan:
         manifest = layout.read_manifest(folder)
@@ -261,6 +273,7 @@ class TrainingCheckpointMixin:
                     f"sha256 {saved_tokenizers[name]['sha256'][:12]}..., here {tokenizers[name]['class']} sha256 "
                     f"{tokenizers[name]['sha256'][:12]}...): vocabulary, special tokens, chat template or settings changed."
                 )
+        check_reward_fingerprint(manifest.get("reward"), current.get("reward"))
         saved_world = (manifest.get("data_parallel") or {}).get("world_size", 1)
         world = (current.get("data_parallel") or {}).get("world_size", 1)
         if saved_world != world:
@@ -293,9 +306,12 @@ class TrainingCheckpointMixin:
         restore_rng_state(self._checkpoint_own_rng(plan.rng))
 
 
-def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], wandb: Optional[Mapping[str, Any]], progress: Mapping[str, Any], generation: Mapping[str, Any]) -> Dict[str, Any]:
-    """The JSON identity a trainer's ``_checkpoint_identity`` returns."""
+def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], wandb: Optional[Mapping[str, Any]], progress: Mapping[str, Any],
+                   generation: Mapping[str, Any], reward: Any = None) -> Dict[str, Any]:
+    """The JSON identity a trainer's ``_checkpoint_identity`` returns (``reward``: the task's reward function,
+    fingerprinted)."""
     return {
+        "reward": reward_fingerprint(reward),
         "config": config_record(config),
         "dataset": dataset_info(dataset),
         "tokenizers": {name: tokenizer_fingerprint(tok) for name, tok in tokenizers.items()},

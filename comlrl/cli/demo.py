@@ -144,6 +144,9 @@ def check_output_dir(path: str, overwrite: bool) -> None:
     """Refuse a non-empty output directory unless ``overwrite`` (then only the demo's own files go)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(f"--output-dir {path!r} is a file; choose a directory.")
+    from comlrl.models.storage import check_writable
+
+    check_writable(path, "--output-dir")
     if os.path.isdir(path) and os.listdir(path) and not overwrite:
         raise FileExistsError(
             f"--output-dir {path!r} is not empty; refusing to overwrite it. Choose another --output-dir, or pass "

@@ -17,7 +17,7 @@ import torch.nn as nn
 from comlrl.models.loading import LoadOptions
 from comlrl.models.lora import BaseReference, LoraBases, export_view
 from comlrl.models.precision import Precision, resolve_precision
-from comlrl.models.saving import check_folder_path, check_target_free, save_pretrained_dir
+from comlrl.models.saving import all_or_nothing, check_folder_path, check_target_free, save_pretrained_dir
 from comlrl.rollout.generation import GENERATION_KEY_FIELDS, RESERVED_GENERATION_KEYS, SamplingParams, refused_generation_keys
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import TreeRollout
@@ -409,7 +409,7 @@ class TrainerBase(RunServices, EpochLoop, TrainerCheckpoints):
             targets = self._agent_export_dirs(output_dir)
             for target in targets:
                 check_target_free(target, overwrite)
-            with library_bars(self.verbose):
+            with library_bars(self.verbose), all_or_nothing(targets):
                 for target, model, state, tokenizer in zip(targets, models, states, self.tokenizers):
                     save_pretrained_dir(target, model, tokenizer, overwrite, state_dict=state)
             if self._wandb is not None:

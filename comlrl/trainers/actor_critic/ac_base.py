@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from comlrl.models.loading import check_model_config, model_device
 from comlrl.models.lora import normalize_peft_configs
-from comlrl.models.saving import check_folder_path
+from comlrl.models.saving import all_or_nothing, check_folder_path
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.tree import RolloutResult, TreeRollout
 from comlrl.trainers.actor_critic.config import ActorCriticFields
@@ -106,8 +106,9 @@ class ActorCriticTrainerBase(ActorCriticEntities, TrainerBase):
         self.args = args
         self.num_agents = count
         self.model_name = plan.model_name
-        bind_task(self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset,
-                  reward_func=reward_func, reward_processor=reward_processor, pass_none_external_prompts=True)
+        train_dataset, eval_dataset = bind_task(
+            self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
+            reward_processor=reward_processor, pass_none_external_prompts=True, max_new_tokens=args.max_new_tokens)
         self._join_data_parallel(args)
         check_wandb_ready(wandb_config)  # a missing login is one line now, not a traceback after loading
         self.agent_devices = self._model_devices(args.agent_devices, count, "agent_devices")
@@ -450,7 +451,7 @@ class ActorCriticTrainerBase(ActorCriticEntities, TrainerBase):
         for entry in entries:  # collective: every rank gathers a sharded backbone
             entry.backbone_state = full_model_state(entry.model.model) if is_sharded(entry.model.model) else None
         if self._dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
-            with library_bars(self.verbose):
+            with library_bars(self.verbose), all_or_nothing([entry.path for entry in entries]):
                 write_exports(entries, overwrite, merge_adapters)
             if self._wandb is not None:
                 self._wandb.write({"final_model_saved": 1.0}, self.env_step)

@@ -31,7 +31,7 @@ from comlrl.models.reward_model import (
     resolve_reward_model_source,
     save_reward_model,
 )
-from comlrl.models.saving import check_target_free
+from comlrl.models.saving import check_folder_path, check_target_free
 from comlrl.models.sources import describe_source
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.trainers.actor_critic.iac import IACTrainer
@@ -315,6 +315,7 @@ class MARLHFTrainer(MADPOTrainer):
         """``agent_i/`` for every agent (see ``TrainerBase.save_model``) and ``reward_model/``: the
         reward backbone (an ordinary causal-LM folder), ``reward_head.pt`` and the reward tokenizer;
         ``reward_model_name=".../reward_model"`` loads it back with its head."""
+        check_folder_path(output_dir, "save_model(output_dir)")
         target = os.path.join(output_dir, REWARD_MODEL_DIR)
         check_target_free(target, overwrite)
         super().save_model(output_dir, overwrite)
