@@ -123,6 +123,7 @@ class TrainerCheckpoints(TrainingCheckpointMixin):
             wandb=self._wandb.identity if self._wandb is not None else None,
             progress=asdict(self.state),
             generation=self._generation_kwargs,
+            reward=self.reward_func,
         ))
 
     def _checkpoint_check(self, manifest: Mapping[str, Any], states: Mapping[str, Any]) -> None:

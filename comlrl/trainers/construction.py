@@ -15,7 +15,9 @@ from typing import Any, Optional, Tuple
 
 from comlrl.models.entities import AgentPlan, agent_count, plan_agents
 from comlrl.rollout.formatters import build_formatters, check_prompt_rows
+from comlrl.rollout.prompt_check import PromptCheck
 from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.rows import as_dataset
 
 
 def plan_team(args: Any, agent_model: Any, agents: Any, num_agents: Optional[int], tokenizer: Any) -> Tuple[int, AgentPlan]:
@@ -27,9 +29,15 @@ def plan_team(args: Any, agent_model: Any, agents: Any, num_agents: Optional[int
 
 
 def bind_task(trainer: Any, count: int, *, formatters: Any, train_dataset: Any, eval_dataset: Any, reward_func: Any,
-              reward_processor: Any, pass_none_external_prompts: bool) -> None:
-    """Set ``trainer.formatters`` (one per agent; the datasets' rows must hold what they read) and
-    ``trainer.reward`` (``reward_func`` with ``reward_processor``, for ``count`` agents)."""
+              reward_processor: Any, pass_none_external_prompts: bool, max_new_tokens: int) -> Tuple[Any, Any]:
+    """Set ``trainer.formatters`` (one per agent; the datasets' rows must hold what they read),
+    ``trainer.reward`` (``reward_func`` with ``reward_processor``, for ``count`` agents) and
+    ``trainer.prompt_check`` (every row's prompt fits its agent: ``load_agents(check_prompts=...)`` runs it
+    before any model loads). Returns the datasets as the trainer keeps them (a pandas DataFrame
+    becomes a ``datasets.Dataset``)."""
+    datasets = {"train_dataset": as_dataset(train_dataset, "train_dataset"), "eval_dataset": as_dataset(eval_dataset, "eval_dataset")}
     trainer.formatters = build_formatters(formatters, count, pass_none_external_prompts=pass_none_external_prompts)
-    check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
+    check_prompt_rows(datasets, formatters)
     trainer.reward = RewardFunction(reward_func, count, reward_processor)
+    trainer.prompt_check = PromptCheck(datasets, trainer.formatters, max_new_tokens)
+    return datasets["train_dataset"], datasets["eval_dataset"]

@@ -10,8 +10,8 @@ import torch.nn as nn
 
 from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics
 from comlrl.models.entities import AgentPlan, check_plan_sources, load_agents
-from comlrl.models.sources import check_sources_exist
-from comlrl.models.tokenizers import pad_token_id
+from comlrl.models.preflight import check_sources_loadable
+from comlrl.models.tokenizers import pad_token_id, tokenizer_fix
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.trainers.optim import AgentOptimizer
 
@@ -39,7 +39,8 @@ class ActorCriticEntities:
         if agents is not None and tokenizer is None:
             raise ValueError(
                 f"Tokenizer must be provided when using agents: {name} takes tokenizer=<one tokenizer> or a list with "
-                f"one tokenizer per entry of agents (also when agents are ids or directories)."
+                f"one tokenizer per entry of agents (also when agents are ids or directories, as in CoMLRL). "
+                f"{tokenizer_fix(agents)}"
             )
         self._check_transition(args, transition, name)
         if metrics_callback is not None and not callable(metrics_callback):
@@ -86,14 +87,15 @@ class ActorCriticEntities:
         args = self.args
         actor_dim, critic_dim = head_dims
         if critic_plan:  # every missing path is named before the first model loads
-            check_sources_exist(critic_plan.sources, "critics")
+            check_sources_loadable(critic_plan.sources, "critics")
         check_plan_sources(plan)
         agent_peft, critic_peft = peft_configs
         options = self._load_options(model_config)
         if self._lora is not None and critic_plan:  # a critic over the agents' base is refused before the agents load
             self._lora.refuse_sharing((plan.sources, agent_peft, self.agent_devices, "agent"),
                                       (critic_plan.sources, critic_peft, critic_devices, "critic"))
-        backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, agent_peft, self._lora)
+        backbones, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, agent_peft, self._lora,
+                                                 self.prompt_check)
         self.tokenizer = self.tokenizers[0]
         self.agents = [self._wrap_actor(m, s, actor_dim) for m, s in zip(backbones, plan.sources)]
         self.critics = (

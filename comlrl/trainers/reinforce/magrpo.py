@@ -74,8 +74,9 @@ class MAGRPOTrainer(TrainerBase):
         if agent_model is None and agents is None:
             raise ValueError("Either agent_model or agents must be provided (a model id, a directory, or a list of them).")
         count, plan = plan_team(args, agent_model, agents, num_agents, tokenizer)
-        bind_task(self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset,
-                  reward_func=reward_func, reward_processor=reward_processor, pass_none_external_prompts=False)
+        train_dataset, eval_dataset = bind_task(
+            self, count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
+            reward_processor=reward_processor, pass_none_external_prompts=False, max_new_tokens=args.max_new_tokens)
         self._check_transition(args, external_transition, "MAGRPO")
         for name, value in (("eval_logger", eval_logger), ("eval_aggregator", eval_aggregator)):
             if value is not None and not callable(value):
@@ -93,7 +94,8 @@ class MAGRPOTrainer(TrainerBase):
         self.num_agents = count
         self.model_name = plan.model_name
         with library_bars(self.console_enabled(args, wandb_config)):
-            self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, peft_configs, self._lora)
+            self.agents, self.tokenizers = load_agents(plan, model_config, self.agent_devices, options, peft_configs, self._lora,
+                                                       self.prompt_check)
             self.tokenizer = self.tokenizers[0]
             self._build_policies(self.agents, self.agents, plan.sources, reference_devices)
         self.optimizers = [policy.optimizer.optimizer for policy in self.policies]
