@@ -283,6 +283,7 @@ def plot_reward_curve(source: str, out: Optional[str] = None, *, title: Optional
     ``out`` that exists is refused unless ``overwrite``.
     """
     path = resolve_metrics_path(source)
+    image_format = output_format(out) if out is not None else "png"
     if out is None:
         default = os.path.join(os.path.dirname(os.path.abspath(path)), DEFAULT_PNG)
         out = default if overwrite else free_png_name(default)
@@ -297,17 +298,32 @@ def plot_reward_curve(source: str, out: Optional[str] = None, *, title: Optional
             f"'eval/turn_1/reward_mean'); nothing to plot."
         )
     figure = build_figure(rows, title or os.path.basename(os.path.dirname(os.path.abspath(path))))
-    _save(figure, out)
+    _save(figure, out, image_format)
     return out
 
 
-def _save(figure: Any, out: str) -> None:
-    # A bare Figure renders PNG through Agg without pyplot, so the caller's backend is left alone.
+def output_format(out: str) -> str:
+    """The image format of ``out`` from its extension (``.png``, ``.pdf``, ``.svg``, ...); an extension
+    matplotlib does not write, or none, is refused with the ones it does."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(out)[1].lstrip(".").lower()
+    if extension not in formats:
+        shown = "no extension" if not extension else f"the extension .{extension}"
+        raise ValueError(f"--out {out!r} has {shown}, which is not an image format; end it with one of "
+                         f"{', '.join('.' + name for name in sorted(formats))} (e.g. reward_curve.png).")
+    return extension
+
+
+def _save(figure: Any, out: str, image_format: str = "png") -> None:
+    # A bare Figure renders through Agg (or the format's own backend) without pyplot, so the caller's
+    # backend is left alone.
     directory = os.path.dirname(os.path.abspath(out))
     os.makedirs(directory, exist_ok=True)
-    staging = make_temp_file(directory, ".reward_curve.", ".png")
+    staging = make_temp_file(directory, ".reward_curve.", "." + image_format)
     try:
-        figure.savefig(staging, format="png")
+        figure.savefig(staging, format=image_format)
         os.replace(staging, out)
     except BaseException:
         if os.path.exists(staging):

@@ -87,8 +87,15 @@ def import_user_modules(targets) -> None:
 def plan_for(args: argparse.Namespace):
     from comlrl.config.plan import plan_from_args
 
+    from comlrl.config.overrides import parse_overrides
+
     import_user_modules(args.imports)
-    overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
+    given = {override.key: override for override in parse_overrides(list(args.override))}
+    offline = given.get("dataset.offline")
+    if args.offline and offline is not None and offline.value is not True:
+        raise ValueError(f"--offline (the bundled dataset samples) conflicts with --override dataset.offline={offline.raw} (the "
+                         f"real data): drop one of them.")
+    overrides = list(args.override) + (["dataset.offline=true"] if args.offline and offline is None else [])
     plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
     for key, value in (("dir", args.checkpoint_dir), ("interval", args.checkpoint_interval), ("steps", args.checkpoint_steps),
                        ("total_limit", args.checkpoint_total_limit), ("resume", args.resume)):
