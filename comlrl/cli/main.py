@@ -176,6 +176,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     agents = args.model * count if len(args.model) == 1 else args.model
     if len(agents) != count:
         raise ValueError(f"{len(args.model)} --model values for {count} agents; give one, or one per agent.")
+    _offline_if_unreachable(agents + list(args.critic_model))
     config_cls, critics, arrangement = _estimate_config(args, count)
     config = config_cls.from_dict({"num_agents": count, "num_turns": 1, **arrangement, **fields}, section="--set")
     estimate = estimate_from_config(
@@ -188,6 +189,16 @@ def run_estimate(args: argparse.Namespace) -> int:
         print(f"assumed: {shape}, a copy of the agent model {critics[0]!r} (no --critic-model given; {args.algorithm.upper()} "
               f"needs a critic). Give --critic-model MODEL to estimate another critic, or --value-heads (IAC) for none.")
     return 0
+
+
+def _offline_if_unreachable(models: List[str]) -> None:
+    """Hub ids among ``models`` (``org/name`` that is no local folder): probe the hub once, offline if it is out of reach."""
+    import os
+
+    if any("/" in name and not os.path.exists(name) for name in models):
+        from comlrl.adapters.hub import go_offline_if_unreachable
+
+        go_offline_if_unreachable(log=lambda message: print(f"comlrl estimate: {message}", file=sys.stderr))
 
 
 def _estimate_run_config(args: argparse.Namespace) -> int:

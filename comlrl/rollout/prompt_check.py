@@ -70,7 +70,11 @@ class PromptCheck:
     def _count(self, name: str, agent: int, rows: List[Tuple[int, Any, str]], tokenizer: Any, limit: Optional[int]) -> None:
         for start in range(0, len(rows), ENCODE_BATCH):
             chunk = rows[start: start + ENCODE_BATCH]
-            ids = tokenizer([prompt for _, _, prompt in chunk])["input_ids"]
+            texts = [prompt for _, _, prompt in chunk]
+            try:  # no "longer than the specified maximum" warning: the length is what is being checked
+                ids = tokenizer(texts, verbose=False)["input_ids"]
+            except TypeError:
+                ids = tokenizer(texts)["input_ids"]
             for (index, row, _), tokens in zip(chunk, ids):
                 if len(tokens) + self.max_new_tokens > limit:
                     with labelled_rows([row], index, name):
