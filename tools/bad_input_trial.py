@@ -402,12 +402,13 @@ def iac_without_critic(context: Context):
 # ----------------------------------------------------------------------------- report
 
 
-def markdown(outcomes: Sequence[Outcome]) -> str:
+def markdown(outcomes: Sequence[Outcome], tmp: Optional[str] = None) -> str:
+    """The table of docs/testing.md (the trial's temporary folder written as ``<tmp>``)."""
     counts = {v: sum(o.verdict == v for o in outcomes) for v in ("good", "fair", "poor")}
     lines = [f"{len(outcomes)} cases: **{counts['good']} good, {counts['fair']} fair, {counts['poor']} poor**.", "",
              "| case | mistake | verdict | message (first 110 characters) |", "|---|---|---|---|"]
     for o in outcomes:
-        text = o.message.replace("|", "\\|").replace("\n", " ")[:110]
+        text = (o.message.replace(tmp, "<tmp>") if tmp else o.message).replace("|", "\\|").replace("\n", " ")[:110]
         verdict = o.verdict + (f" ({o.why})" if o.why else "")
         lines.append(f"| {o.case.id} | {o.case.mistake} | {verdict} | {text} |")
     return "\n".join(lines) + "\n"
@@ -438,7 +439,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             outcome = run_case(case, context)
             outcomes.append(outcome)
             print(f"{case.id:7s} {outcome.verdict:5s} {case.mistake[:44]:44s} {outcome.why[:40]:40s} {outcome.message[:90]}", flush=True)
-    table = markdown(outcomes)
+    table = markdown(outcomes, tmp)
     print(table.splitlines()[0])
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as handle:

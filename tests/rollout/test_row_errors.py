@@ -59,11 +59,15 @@ def test_a_dataset_name_or_a_dict_is_refused_with_the_fix():
         as_dataset({"prompt": ["a", "b"]}, "eval_dataset")
 
 
+def refusal(paths, error, *prompts):
+    """The message of ``error`` raised by building a trainer on rows with these prompts."""
+    with pytest.raises(error) as info:
+        trainer(paths, train_dataset=Dataset.from_dict({"prompt": list(prompts)}))
+    return str(info.value)
+
+
 def test_a_none_prompt_names_the_row_before_any_model_loads(tiny_paths, no_model_loads):
-    rows = Dataset.from_dict({"prompt": ["Tell a joke", "Describe a city", None]})
-    with pytest.raises(FormatterError) as info:
-        trainer(tiny_paths, train_dataset=rows)
-    message = str(info.value)
+    message = refusal(tiny_paths, FormatterError, "Tell a joke", "Describe a city", None)
     assert "train_dataset row 2" in message and "returned None" in message and "'prompt' field is None" in message
     assert "formatters[0]" in message and "agent 0" in message
 
@@ -111,11 +115,7 @@ def test_a_formatter_called_at_rollout_names_its_agent():
 
 
 def test_a_prompt_longer_than_the_context_is_refused_before_any_model_loads(tiny_paths, no_model_loads):
-    long_row = "word " * 1100  # more than 1024 positions in either tiny tokenizer
-    rows = Dataset.from_dict({"prompt": ["Tell a joke", long_row]})
-    with pytest.raises(PromptTooLongError) as info:
-        trainer(tiny_paths, train_dataset=rows)
-    message = str(info.value)
+    message = refusal(tiny_paths, PromptTooLongError, "Tell a joke", "word " * 1100)  # over 1024 positions in either tokenizer
     assert "agents[0]" in message and "train_dataset row 1" in message and "1024" in message
     assert "max_new_tokens=4" in message and "Shorten the prompts" in message
 
