@@ -24,11 +24,11 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     defaults = DemoSettings()
     parser = subparsers.add_parser(
         "demo",
-        help="train two agents on the length-ratio task (CPU, about 2 minutes)",
+        help="train two agents on the length-ratio task (CPU, 2-3 minutes on idle cores)",
         description="Train two agents with MAGRPO on the length-ratio task: agent 2's answer should be 2-3x as "
         "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once, about "
-        f"30 s) unless --model/--agent-model say otherwise. Takes {MEASURED_TIME}; an estimate is printed after "
-        f"the first training steps. Writes agent_0/, agent_1/, {', '.join(OUTPUTS)} into --output-dir.",
+        f"30 s) unless --model/--agent-model say otherwise. Takes {MEASURED_TIME}; from the second training step "
+        f"on it estimates the remaining time. Writes agent_0/, agent_1/, {', '.join(OUTPUTS)} into --output-dir.",
     )
     models = parser.add_mutually_exclusive_group()
     models.add_argument("--model", help="model id or folder for both agents (default: SmolLM2-135M-Instruct)")

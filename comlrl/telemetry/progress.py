@@ -105,15 +105,20 @@ class ProgressBar:
 
 
 class RunClock:
-    """The remaining time of a ``train()`` call, estimated from the steps after the first.
+    """The remaining time of a ``train()`` call, estimated from the recent steps after the first.
 
     The first step carries one-off costs (the first forward and backward allocate their buffers,
-    lazy imports and caches fill, and an evaluation is due at item 0), so its time overstates a
-    step several times over; it is reported, not extrapolated. From the second step on the estimate
-    is ``remaining steps x mean time of the steps after the first`` plus ``remaining evaluations x
-    mean evaluation time``, evaluations being timed apart (``evaluating()``) since they come every
-    ``eval_interval`` items, not every step. ``clock`` is injectable (tests use a fake one).
+    lazy imports and caches fill: 18 s against 13 s for later steps of ``comlrl demo`` on idle
+    cores), and in ``comlrl train`` runs the evaluation due at item 0 came on top of it; it is
+    reported, not extrapolated. On a shared machine the speed of a run also changes with the load
+    (steps of one demo took 160-245 s while two cores were shared and 12-15 s once they were not),
+    so the estimate follows the recent steps: from the second step on it is ``remaining steps x
+    mean time of the last WINDOW steps after the first`` plus ``remaining evaluations x mean time
+    of the recent evaluations``, evaluations being timed apart (``evaluating()``) since they come
+    every ``eval_interval`` items, not every step. ``clock`` is injectable (tests use a fake one).
     """
+
+    WINDOW = 3
 
     def __init__(self, remaining_steps: Optional[int], remaining_evaluations: int = 0,
                  clock: Callable[[], float] = time.perf_counter):
@@ -155,10 +160,11 @@ class RunClock:
         """The estimate (None before the second step or when the number of steps is unknown)."""
         if self.remaining_steps is None or len(self.steps) < 2:
             return None
-        steady = self.steps[1:]
-        per_step = sum(steady) / len(steady)
+        recent = self.steps[1:][-self.WINDOW:]
+        per_step = sum(recent) / len(recent)
         if len(self.evaluations) > 1:
-            per_evaluation = sum(self.evaluations[1:]) / len(self.evaluations[1:])
+            evaluations = self.evaluations[1:][-self.WINDOW:]
+            per_evaluation = sum(evaluations) / len(evaluations)
         elif self.evaluations:  # only the first, warm-up included: scaled as the first step was to the later ones
             per_evaluation = self.evaluations[0] * min(1.0, per_step / max(self.steps[0], 1e-9))
         else:

@@ -163,6 +163,29 @@ def test_the_estimate_is_within_one_and_a_half_times_the_real_remaining_time_fro
     assert old > 1.5 * pairs[0][1]
 
 
+def test_the_estimate_follows_a_change_of_speed_within_a_few_steps():
+    """The load of a shared machine changes (a real demo: steps of 160-245 s, then 12-15 s): three steps
+    after the change the estimate is within 1.5x again."""
+    steps, change = 30, 10
+    durations = [30.0] + [20.0] * (change - 1) + [2.0] * (steps - change)
+    clock = FakeClock()
+    timer = RunClock(steps, clock=clock)
+    pairs, _ = simulate(durations, set(), 0.0, clock, timer)
+    for step, (estimate, real) in enumerate(pairs[change + timer.WINDOW - 1:-1], start=change + timer.WINDOW):
+        assert real / 1.5 <= estimate <= real * 1.5, (step, estimate, real)
+
+
+def test_a_real_demo_trace_is_tracked_once_the_speed_settles():
+    """Step times of one `comlrl demo` on two shared cores (load average 3.6 to 4.7, then the other work ended)."""
+    durations = [161.8, 233.5, 175.2, 163.4, 244.5, 65.3, 12.3, 13.7, 15.4, 13.8]
+    clock = FakeClock()
+    timer = RunClock(len(durations), clock=clock)
+    pairs, _ = simulate(durations, set(), 0.0, clock, timer)
+    ratios = [estimate / real for estimate, real in pairs[1:-1]]
+    assert all(0.5 <= ratio <= 3.5 for ratio in ratios[:3])  # the load stayed: within 3.5x while nothing can know it ends
+    assert 1 / 1.5 <= ratios[-1] <= 1.5  # three steps at the new speed (12-15 s): within 1.5x again
+
+
 def test_the_bar_and_the_epoch_line_show_the_run_estimate():
     stream = io.StringIO()
     bar = ProgressBar(total=4, initial=0, enabled=True, desc="MAGRPO epoch 1/2", stream=stream)
