@@ -270,11 +270,13 @@ def tokenizer_fingerprint(tokenizer: Any) -> Dict[str, str]:
 
 
 def reward_fingerprint(reward_func: Any) -> Optional[Dict[str, Optional[str]]]:
-    """``{"name": module.qualname, "source_sha256": ...}`` of a reward function (a partial's function, a
-    callable object's class); the hash is None where Python has no source for it (a builtin)."""
+    """``{"name": module.qualname, "source_sha256": ...}`` of a reward function (a partial's function, what
+    a wrapper names as ``__wrapped__`` (``functools.wraps``), a callable object's class); the hash is None
+    where Python has no source for it (a builtin)."""
     if reward_func is None:
         return None
-    target = getattr(reward_func, "func", reward_func)  # functools.partial
+    reward_func = inspect.unwrap(getattr(reward_func, "func", reward_func))  # functools.partial, then wrappers
+    target = reward_func
     if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)):
         target = type(target)
     try:

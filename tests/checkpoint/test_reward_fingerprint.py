@@ -31,6 +31,7 @@ def test_the_fingerprint_is_the_qualified_name_and_a_hash_of_the_source():
     assert reward_fingerprint(other_reward)["source_sha256"] != print_["source_sha256"]
     assert reward_fingerprint(functools.partial(brief_reward))["name"] == print_["name"]
     assert reward_fingerprint(Scorer())["name"].endswith("Scorer")  # a callable object: its class
+    assert reward_fingerprint(functools.wraps(brief_reward)(lambda c1, c2: brief_reward(c1, c2))) == print_  # a wrapper
     assert reward_fingerprint(max) == {"name": "max", "source_sha256": None}  # no Python source
     assert reward_fingerprint(None) is None
 
