@@ -90,9 +90,12 @@ def resolve_models(args: argparse.Namespace) -> List[str]:
     """One model path per agent; sets ``args.num_agents``."""
     models = list(args.model or [])
     if not models:
-        root = os.environ.get("BENCH_MODELS")
-        if not root:
-            raise SystemExit("give --model PATH (or set BENCH_MODELS to use $BENCH_MODELS/tiny-llama)")
+        from bench_models import models_dir
+
+        root = models_dir()
+        if not os.path.isdir(os.path.join(root, "tiny-llama")):
+            raise SystemExit(f"give --model PATH, or build the bench models first: python bench/bench_models.py "
+                             f"(then {root}/tiny-llama is the default)")
         models = [os.path.join(root, "tiny-llama")]
     count = args.num_agents if args.num_agents is not None else max(len(models), 2)
     if len(models) == 1:

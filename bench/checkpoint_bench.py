@@ -4,8 +4,8 @@
 Only the public API (``train(checkpoint_dir=...)``, ``save_checkpoint``, ``load_checkpoint``) is used,
 so the same script measures CoMLRL 1.4.3 in its own venv and this project in ours:
 
-    python bench/checkpoint_bench.py --model /work/models/smollm2-135m-instruct
-    /work/ref/venv/bin/python bench/checkpoint_bench.py --model /work/models/smollm2-135m-instruct
+    python bench/checkpoint_bench.py --model bench/models/smollm2-135m-instruct     (python bench/bench_models.py builds it)
+    $BASELINE_PY bench/checkpoint_bench.py --model bench/models/smollm2-135m-instruct   (an interpreter with CoMLRL 1.4.3)
 
 One short training epoch (one item) runs first so the optimizers hold their moments; then the
 trainer's state is saved into a fresh folder and loaded into a second trainer built the same way.

@@ -60,6 +60,7 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
 
 
 def default_model() -> str:
+    """``$BENCH_MODELS/smollm2-135m-instruct`` when it exists, else the embedded default model."""
     models = os.environ.get("BENCH_MODELS")
     if models and os.path.isdir(os.path.join(models, "smollm2-135m-instruct")):
         return os.path.join(models, "smollm2-135m-instruct")
@@ -70,8 +71,8 @@ def default_model() -> str:
 
 
 def default_bench_script() -> str:
-    shared = "/work/shared/bench/magrpo_bench.py"
-    return shared if os.path.exists(shared) else os.path.join(HERE, "magrpo_bench.py")
+    """``$BENCH_SCRIPT``, else this repository's ``bench/magrpo_bench.py`` (the shared harness's workload)."""
+    return os.environ.get("BENCH_SCRIPT") or os.path.join(HERE, "magrpo_bench.py")
 
 
 # ------------------------------------------------------------------ one run

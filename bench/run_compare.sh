@@ -7,9 +7,10 @@
 #   python bench/summarize.py "$OUT/results.jsonl"
 #
 # Environment (defaults in brackets):
-#   BENCH_MODELS  folder with smollm2-135m-instruct, tiny-llama, tiny-hetero   [/work/models]
-#   BASELINE_PY   interpreter with comlrl 1.4.3                               [/work/ref/venv/bin/python]
-#   OURS_PY       interpreter with this project installed                      [/work/venv/bin/python]
+#   BENCH_MODELS  folder with smollm2-135m-instruct, tiny-llama, tiny-hetero   [bench/models, built by bench/bench_models.py]
+#   BASELINE_PY   interpreter with comlrl 1.4.3 (pip install comlrl==1.4.3 in a venv of its own)
+#                 [none: the baseline rows are left out, with a note]
+#   OURS_PY       interpreter with this project installed                      [.venv/bin/python of this checkout, else python3]
 #   FLOOR_PY      interpreter for limit_bench.py (torch + transformers)        [$OURS_PY]
 #   ALGOS [magrpo]  (any of: magrpo iac-separate iac-shared maac madpo marlhf; the floor runs for magrpo only)
 #   REPS [3]  THREADS [2]  OUT [bench/results/compare-<time>]  FLOOR_ARGS (extra limit_bench flags) []
@@ -17,9 +18,10 @@
 # each run's stdout/stderr go to $OUT/logs/. Run nothing else on the machine meanwhile.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-BENCH_MODELS="${BENCH_MODELS:-/work/models}"
-BASELINE_PY="${BASELINE_PY:-/work/ref/venv/bin/python}"
-OURS_PY="${OURS_PY:-/work/venv/bin/python}"
+ROOT="$(dirname "$HERE")"
+BENCH_MODELS="${BENCH_MODELS:-$HERE/models}"
+BASELINE_PY="${BASELINE_PY:-}"
+if [ -x "$ROOT/.venv/bin/python" ]; then OURS_PY="${OURS_PY:-$ROOT/.venv/bin/python}"; else OURS_PY="${OURS_PY:-$(command -v python3)}"; fi
 FLOOR_PY="${FLOOR_PY:-$OURS_PY}"
 REPS="${REPS:-3}"
 read -r -a ALGO_LIST <<< "${ALGOS:-magrpo}"
@@ -30,7 +32,8 @@ read -r -a FLOOR_EXTRA <<< "${FLOOR_ARGS:-}"
 WORKLOADS=("$@")
 [ ${#WORKLOADS[@]} -eq 0 ] && WORKLOADS=(smol tiny hetero)
 
-for py in "$BASELINE_PY" "$OURS_PY" "$FLOOR_PY"; do
+[ -n "$BASELINE_PY" ] || echo "run_compare: BASELINE_PY is not set: no CoMLRL 1.4.3 rows (see the environment variables above)" >&2
+for py in $BASELINE_PY "$OURS_PY" "$FLOOR_PY"; do
   [ -x "$py" ] || { echo "run_compare: interpreter $py not found (see the environment variables above)" >&2; exit 2; }
 done
 models_for() {  # workload -> --model flags
@@ -43,7 +46,8 @@ models_for() {  # workload -> --model flags
 }
 for workload in "${WORKLOADS[@]}"; do models_for "$workload" > /dev/null; done
 for dir in smollm2-135m-instruct tiny-llama tiny-hetero; do
-  [ -d "$BENCH_MODELS/$dir" ] || { echo "run_compare: $BENCH_MODELS/$dir missing; set BENCH_MODELS" >&2; exit 2; }
+  [ -d "$BENCH_MODELS/$dir" ] || { echo "run_compare: building the bench models in $BENCH_MODELS" >&2;
+    BENCH_MODELS="$BENCH_MODELS" "$OURS_PY" "$HERE/bench_models.py" > /dev/null || exit 2; break; }
 done
 
 mkdir -p "$OUT/logs"
@@ -78,7 +82,7 @@ for workload in "${WORKLOADS[@]}"; do
   for rep in $(seq 1 "$REPS"); do
     for algo in "${ALGO_LIST[@]}"; do
       read -r -a SCRIPT <<< "$(algo_args "$algo")"
-      run "$workload:$algo:baseline" "$BASELINE_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
+      [ -z "$BASELINE_PY" ] || run "$workload:$algo:baseline" "$BASELINE_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
       run "$workload:$algo:ours" "$OURS_PY" "${SCRIPT[@]}" "${MODELS[@]}" "${COMMON[@]}"
       if [ "$algo" = magrpo ]; then
         run "$workload:$algo:floor" "$FLOOR_PY" limit_bench.py "${MODELS[@]}" "${COMMON[@]}" --num-generations 4 --rollout-buffer-size 2 "${FLOOR_EXTRA[@]}"

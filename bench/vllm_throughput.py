@@ -62,7 +62,7 @@ def main():
     from comlrl.rollout.generation import HFGenerator, SamplingParams
     from comlrl.rollout.vllm_backend import VLLMGenerator
     from comlrl.rollout.vllm_engine import VLLMEngine
-    from comlrl.trainers.policy import PolicyAgent
+    from comlrl.trainers.agent import PolicyAgent
 
     torch.set_num_threads(args.threads)
     path = args.model or default_model_dir()

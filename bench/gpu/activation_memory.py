@@ -44,12 +44,16 @@ def measure(model, batch):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", nargs="?", default="/work/models/smollm2-135m-instruct")
+    parser.add_argument("model", nargs="?", default=None, help="a model folder (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--completion", type=int, default=128)
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.model is None:
+        from comlrl.models.default_model import default_model_dir
+
+        args.model = default_model_dir()
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
     vocab = model.config.vocab_size
     prompts = [torch.randint(3, vocab, (args.prompt,)) for _ in range(args.rows)]

@@ -12,7 +12,7 @@ resident set at once and the peak follows live tensors as CUDA's allocator stati
 AdamW's state is allocated during the first update, so the steady-state peak comes from the second. The estimate is computed from
 the model's config.json and the trainer config alone.
 
-    python bench/gpu/estimator_check.py [--models-dir /work/models] [--only NAME ...] [--json OUT]
+    python bench/gpu/estimator_check.py [--models-dir DIR] [--only NAME ...] [--json OUT]   (DIR: $BENCH_MODELS or bench/models)
 
 Prints one table row per case and the relative error; exits 1 when a case is off by more than 15 %.
 """
@@ -134,7 +134,8 @@ def run_case(name: str, models_dir: str, new_tokens: int) -> Dict[str, Any]:
 
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models-dir", default=os.environ.get("BENCH_MODELS", "/work/models"))
+    parser.add_argument("--models-dir", default=os.environ.get("BENCH_MODELS") or os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "models"), help="default: $BENCH_MODELS or bench/models (python bench/bench_models.py)")
     parser.add_argument("--only", nargs="*", default=None, help="case names (default: all)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--json", default=None, help="write the results here")

@@ -2,7 +2,7 @@
 # The GPU benchmark of issue 12, unattended, in one go, within 8 minutes on one H200:
 #   bash bench/gpu/run.sh [OUT.json] [gpu_bench.py flags...]
 # Nothing is downloaded. CoMLRL 1.4.3 (and `datasets`, which it imports, with dill and multiprocess)
-# are installed into /tmp from wheels in bench/gpu/wheels, which git ignores (third-party packages are
+# are installed into bench/gpu/.deps from wheels in bench/gpu/wheels, both git-ignored (third-party packages are
 # not kept in this repository). Fill it once on a machine with PyPI and carry it to the device run:
 #   pip download --no-deps -d bench/gpu/wheels comlrl==1.4.3 datasets dill multiprocess
 #   run(command="bash bench/gpu/run.sh $OUT/gpu_bench.json", carry=["bench/gpu/wheels"])
@@ -14,8 +14,9 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${1:-$HERE/gpu_bench.json}"
 shift || true
 PY="${PYTHON:-python3}"
-DEPS=/tmp/comlrl-bench-deps
-C143=/tmp/comlrl-1.4.3
+DEPS_ROOT="${BENCH_DEPS:-$HERE/.deps}"  # git-ignored
+DEPS="$DEPS_ROOT/site"
+C143="$DEPS_ROOT/comlrl-1.4.3"
 start=$(date +%s)
 if ! "$PY" -c "import datasets" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --target "$DEPS" "$HERE"/wheels/datasets-*.whl "$HERE"/wheels/dill-*.whl \

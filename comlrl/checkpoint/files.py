@@ -80,7 +80,9 @@ def read_json(path: str, what: str) -> Any:
 
 
 def save_torch(path: str, value: Any) -> None:
-    torch.save(value, path)
+    # through a Python file object, so a full disk is an OSError (ENOSPC), not torch's "unexpected pos"
+    with open(path, "wb") as handle:
+        torch.save(value, handle)
 
 
 def load_torch(path: str, what: str) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import json
 import math
 import random
@@ -24,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from comlrl.checkpoint.files import CheckpointError
+from comlrl.rollout.rows import callable_name
 
 _KIND = "__kind__"
 
@@ -265,6 +267,48 @@ def tokenizer_fingerprint(tokenizer: Any) -> Dict[str, str]:
     if isinstance(decoder, Mapping):
         described["added_tokens"] = sorted((int(k), str(v)) for k, v in decoder.items())
     return {"class": type(tokenizer).__name__, "sha256": _sha256_json(described)}
+
+
+def reward_fingerprint(reward_func: Any) -> Optional[Dict[str, Optional[str]]]:
+    """``{"name": module.qualname, "source_sha256": ...}`` of a reward function (a partial's function, what
+    a wrapper names as ``__wrapped__`` (``functools.wraps``), a callable object's class); the hash is None
+    where Python has no source for it (a builtin)."""
+    if reward_func is None:
+        return None
+    reward_func = inspect.unwrap(getattr(reward_func, "func", reward_func))  # functools.partial, then wrappers
+    target = reward_func
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or inspect.isclass(target)):
+        target = type(target)
+    try:
+        source: Optional[str] = inspect.getsource(target)
+    except (OSError, TypeError):
+        source = None
+    digest = hashlib.sha256(source.encode("utf-8")).hexdigest() if source is not None else None
+    return {"name": callable_name(reward_func), "source_sha256": digest}
+
+
+REWARD_CHANGE_ENV = "COMLRL_ALLOW_REWARD_CHANGE"
+
+
+def check_reward_fingerprint(saved: Optional[Mapping[str, Any]], now: Optional[Mapping[str, Any]]) -> None:
+    """A resumed run scores with the checkpoint's reward function: another function is refused (unless
+    ``$COMLRL_ALLOW_REWARD_CHANGE=1``, then warned about); the same function with edited source is
+    warned about. Checkpoints written before the fingerprint existed are not compared."""
+    if not saved or not now or dict(saved) == dict(now):
+        return
+    import os
+
+    if saved["name"] != now["name"]:
+        message = (f"The reward function differs from the checkpoint's: the checkpoint was trained with {saved['name']}, this "
+                   f"run scores with {now['name']}. Resume with the reward function that wrote the checkpoint, or start a new "
+                   f"run; to continue with this one on purpose, set the environment variable {REWARD_CHANGE_ENV}=1.")
+        if os.environ.get(REWARD_CHANGE_ENV) != "1":
+            raise CheckpointError(message)
+        warnings.warn(message.split(" Resume with")[0] + f" (continuing: {REWARD_CHANGE_ENV}=1).", stacklevel=5)
+        return
+    warnings.warn(f"The source of the reward function {now['name']} changed since the checkpoint was written (sha256 "
+                  f"{str(saved['source_sha256'])[:12]}... then, {str(now['source_sha256'])[:12]}... now); the resumed run "
+                  f"scores with the edited function.", stacklevel=5)
 
 
 def dataset_info(dataset: Any) -> Optional[Dict[str, Any]]:

@@ -30,16 +30,19 @@ from comlrl.checkpoint.folder import (  # noqa: F401  (write_checkpoint, LoadPla
     write_checkpoint,
 )
 from comlrl.checkpoint.interrupt import Interruptible, TrainingInterrupted
+from comlrl.models.storage import writing
 from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.state import (
     CheckpointComponents,
     capture_rng_state,
+    check_reward_fingerprint,
     config_defaults,
     config_differences,
     config_record,
     dataset_info,
     jsonable,
     restore_rng_state,
+    reward_fingerprint,
     tokenizer_fingerprint,
 )
 
@@ -238,8 +241,9 @@ class CheckpointStore:
         staging = layout.staging_folder(parent, sequence, self.run_id)
         try:
             identity = dict(owner.checkpoint_identity(), trainer_class=owner.class_name, run_id=self.run_id, sequence=sequence, rng=rng)
-            write_checkpoint(staging, owner.checkpoint_components(), identity, gathered)
-            layout.publish(staging, target)
+            with writing(target, "the checkpoint", lambda: _kept(parent)):
+                write_checkpoint(staging, owner.checkpoint_components(), identity, gathered)
+                layout.publish(staging, target)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -280,6 +284,14 @@ class CheckpointStore:
         restore_rng_state(self.owner.own_rng(plan.rng))
 
 
+def _kept(directory: str) -> str:
+    """What a failed checkpoint write leaves (its partial folder is removed)."""
+    latest = layout.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    earlier = f" The earlier checkpoints are untouched (latest: {latest}; resume from it with " \
+              f"resume_from_checkpoint=... / --resume)." if latest else ""
+    return f" The partial checkpoint was removed.{earlier}"
+
+
 def _compare_identity(manifest: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     saved_tokenizers, tokenizers = manifest["tokenizers"], current["tokenizers"]
     _names_must_match("tokenizers", tokenizers, saved_tokenizers)
@@ -290,6 +302,7 @@ def _compare_identity(manifest: Mapping[str, Any], current: Mapping[str, Any]) -
                 f"sha256 {saved_tokenizers[name]['sha256'][:12]}..., here {tokenizers[name]['class']} sha256 "
                 f"{tokenizers[name]['sha256'][:12]}...): vocabulary, special tokens, chat template or settings changed."
             )
+    check_reward_fingerprint(manifest.get("reward"), current.get("reward"))
     saved_world = (manifest.get("data_parallel") or {}).get("world_size", 1)
     world = (current.get("data_parallel") or {}).get("world_size", 1)
     if saved_world != world:
@@ -314,8 +327,10 @@ def _compare_identity(manifest: Mapping[str, Any], current: Mapping[str, Any]) -
         )
 
 
-def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], wandb: Optional[Mapping[str, Any]], progress: Mapping[str, Any], generation: Mapping[str, Any]) -> Dict[str, Any]:
-    """The JSON identity a run's ``checkpoint_identity`` returns."""
+def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], wandb: Optional[Mapping[str, Any]], progress: Mapping[str, Any],
+                   generation: Mapping[str, Any], reward: Any = None) -> Dict[str, Any]:
+    """The JSON identity a run's ``checkpoint_identity`` returns (``reward``: the task's reward function,
+    fingerprinted)."""
     return {
         "config": config_record(config),
         "dataset": dataset_info(dataset),
@@ -323,4 +338,5 @@ def build_identity(*, config: Any, dataset: Any, tokenizers: Mapping[str, Any], 
         "wandb": {key: value or None for key, value in wandb.items()} if wandb else None,
         "progress": jsonable(dict(progress)),
         "generation": jsonable(dict(generation)),
+        "reward": reward_fingerprint(reward),
     }

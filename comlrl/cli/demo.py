@@ -7,9 +7,10 @@ interval otherwise, and 0 when agent 1 says nothing. Both agents start from Smol
 name others. The run writes ``metrics.jsonl``, the trained ``agent_i/`` folders, a reward curve and
 ``demo_summary.json`` into the output directory.
 
-Measured with the defaults on two CPU cores, model already cached: 1 min 53 s to 2 min 59 s in all
-(104-165 s of training, on a faster and a slower day; docs/benchmarks.md). The first run also fetches and converts the model (about 30 s more).
-After the first training step the trainer prints an estimate of the remaining time.
+Measured with the defaults on two idle CPU cores, model already cached: 1 min 53 s to 2 min 59 s in all
+(104-165 s of training, on a faster and a slower day); on the same cores shared with other work (load
+average 4-5) 18 min 35 s (docs/benchmarks.md). The first run also fetches and converts the model (about
+30 s more). From the second training step on the trainer prints an estimate of the remaining time.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ PROMPTS = [
 ]
 SUMMARY_FILE = "demo_summary.json"
 # docs/benchmarks.md: `comlrl demo` defaults, model cached, 2-core CPU
-MEASURED_TIME = "2 to 3 minutes on two CPU cores with the defaults (measured 1 min 53 s to 2 min 59 s, model cached)"
+MEASURED_TIME = ("2 to 3 minutes on two idle CPU cores with the defaults (measured 1 min 53 s to 2 min 59 s, model cached; "
+                 "18 min 35 s on two cores shared with other work, load average 4-5)")
 OUTPUTS = ("metrics.jsonl", "reward_curve.png", SUMMARY_FILE, "run_config.json", "run_summary.json")
 
 
@@ -144,6 +146,9 @@ def check_output_dir(path: str, overwrite: bool) -> None:
     """Refuse a non-empty output directory unless ``overwrite`` (then only the demo's own files go)."""
     if os.path.exists(path) and not os.path.isdir(path):
         raise FileExistsError(f"--output-dir {path!r} is a file; choose a directory.")
+    from comlrl.models.storage import check_writable
+
+    check_writable(path, "--output-dir")
     if os.path.isdir(path) and os.listdir(path) and not overwrite:
         raise FileExistsError(
             f"--output-dir {path!r} is not empty; refusing to overwrite it. Choose another --output-dir, or pass "

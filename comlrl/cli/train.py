@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
@@ -87,8 +88,15 @@ def import_user_modules(targets) -> None:
 def plan_for(args: argparse.Namespace):
     from comlrl.runplan.plan import plan_from_args
 
+    from comlrl.runplan.overrides import parse_overrides
+
     import_user_modules(args.imports)
-    overrides = list(args.override) + (["dataset.offline=true"] if args.offline else [])
+    given = {override.key: override for override in parse_overrides(list(args.override))}
+    offline = given.get("dataset.offline")
+    if args.offline and offline is not None and offline.value is not True:
+        raise ValueError(f"--offline (the bundled dataset samples) conflicts with --override dataset.offline={offline.raw} (the "
+                         f"real data): drop one of them.")
+    overrides = list(args.override) + (["dataset.offline=true"] if args.offline and offline is None else [])
     plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
     for key, value in (("dir", args.checkpoint_dir), ("interval", args.checkpoint_interval), ("steps", args.checkpoint_steps),
                        ("total_limit", args.checkpoint_total_limit), ("resume", args.resume)):
@@ -111,6 +119,10 @@ def run_train(args: argparse.Namespace) -> int:
     main_process = is_main_process()  # under torchrun, rank 0 owns the run directory
     if main_process:
         preflight(plan, overwrite=args.overwrite)
+    if needs_hub(plan):  # no network: offline at once, instead of half a minute of retries per request
+        from comlrl.adapters.hub import go_offline_if_unreachable
+
+        go_offline_if_unreachable(log=lambda message: print(f"comlrl train: {message}", file=sys.stderr))
     data = load_data(plan)  # before any model loads: a missing or empty dataset is refused here
     if main_process:
         check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
@@ -125,6 +137,19 @@ def run_train(args: argparse.Namespace) -> int:
     if not main_process:  # a finished torchrun rank > 0: nothing of its own to write, skip the teardown
         exit_worker_rank(0)
     return 0
+
+
+def needs_hub(plan) -> bool:
+    """Whether the run may ask the Hugging Face hub for something: the real dataset, or a model or
+    tokenizer named by a hub id (not a local folder, not the embedded ``default``)."""
+    from comlrl.runplan.plan import DEFAULT_MODEL
+    from comlrl.models.sources import looks_like_path
+
+    if plan.dataset["offline"] is not True:
+        return True
+    names = [getattr(plan.entities, key) for key in MODEL_NAME_KEYS]
+    flat = [name for value in names for name in (value if isinstance(value, list) else [value]) if isinstance(name, str)]
+    return any(name != DEFAULT_MODEL and not looks_like_path(name) and not os.path.isdir(name) for name in flat)
 
 
 def preflight(plan, *, overwrite: bool) -> None:

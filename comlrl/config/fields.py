@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from comlrl.config.base import ConfigBase
-from comlrl.config.checks import require_at_least, require_choice, require_in_range, require_int_at_least, require_optional_positive
+from comlrl.config.checks import require_at_least, require_bool_fields, require_choice, require_in_range, require_int_at_least, require_optional_positive
 from comlrl.models.precision import normalize_precision
 from comlrl.models.saving import check_folder_path
 
@@ -81,6 +81,7 @@ class CommonTrainingFields(ConfigBase):
     warning says so). See docs/distributed.md."""
 
     def _validate_common(self) -> None:
+        require_bool_fields(self)
         require_optional_positive(self, "max_grad_norm")
         if self.optimizer_in_backward and self.max_grad_norm is not None:
             raise ValueError(

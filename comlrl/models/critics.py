@@ -29,7 +29,8 @@ import torch.nn as nn
 
 from comlrl.models.loading import LoadOptions, load_models, own_cpu_parameters, resolve_model_kwargs
 from comlrl.models.lora import LoraBases, save_backbone
-from comlrl.models.sources import check_sources_exist, describe_source, resolve_model_sources
+from comlrl.models.preflight import check_sources_loadable
+from comlrl.models.sources import describe_source, resolve_model_sources
 from comlrl.models.value_head import VALUE_HEAD_FILE, CausalLMWithValueHead
 
 
@@ -68,7 +69,7 @@ def load_critics(
 ) -> List[CausalLMWithValueHead]:
     """One critic per slot; slots that share a model object share one wrapper. Slots with a peft
     config get an adapter over a base shared through ``lora`` (and a fully trained value head)."""
-    check_sources_exist(plan.sources, "critics")
+    check_sources_loadable(plan.sources, "critics")
     first_device: Dict[int, torch.device] = {}
     for source, device in zip(plan.sources, devices):
         if not isinstance(source, str) and first_device.setdefault(id(source), device) != device:

@@ -7,13 +7,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, Callable, List, Mapping, Optional, Sequence
 
 import torch
 import torch.nn as nn
 
 from comlrl.models.loading import LoadOptions, load_models, own_cpu_parameters, resize_for_tokenizer, resolve_model_kwargs
 from comlrl.models.lora import LoraBases
+from comlrl.models.preflight import check_sources_loadable, source_context_length
 from comlrl.models.sources import check_sources_exist, resolve_model_sources
 from comlrl.models.tokenizers import (
     add_special_tokens,
@@ -89,23 +90,27 @@ def plan_agents(
 
 def check_plan_sources(plan: AgentPlan) -> None:
     """Refuse local agent or tokenizer paths that do not exist (hub ids are left to the loader)."""
-    check_sources_exist(plan.sources, "agents")
+    check_sources_loadable(plan.sources, "agents")
     check_sources_exist(plan.tokenizer_plan, "tokenizer")
 
 
 def load_agents(
     plan: AgentPlan, model_config: Mapping[str, Any], devices: Sequence[torch.device], options: LoadOptions = LoadOptions(),
     peft_configs: Optional[Sequence[Any]] = None, lora: Optional[LoraBases] = None,
+    check_prompts: Optional[Callable[[List[Any], List[Optional[int]]], None]] = None,
 ) -> tuple[List[nn.Module], List[Any]]:
     """Load (or adopt) the planned agents and tokenizers; check every tokenizer fits its model.
     Agents with a peft config become adapters over bases shared through ``lora``. Local paths that
-    do not exist are named before anything loads."""
+    do not exist, and weight files that are not whole, are named before anything loads;
+    ``check_prompts(tokenizers, context lengths)`` runs once the tokenizers are loaded, before any model."""
     check_plan_sources(plan)
     tokenizers = load_tokenizers(plan.tokenizer_plan)
     special = model_config.get("special_tokens")
     for tok in {id(t): t for t in tokenizers}.values():
         add_special_tokens(tok, special)
         pad_token_id(tok)  # raises early for a tokenizer with neither pad nor eos
+    if check_prompts is not None:
+        check_prompts(tokenizers, [source_context_length(source) for source in plan.sources])
     kwargs = resolve_model_kwargs(model_config, model_config.get("model_kwargs"))
     models = load_models(
         plan.sources, kind="agents", model_kwargs=kwargs, devices=devices, options=options, peft_configs=peft_configs, lora=lora

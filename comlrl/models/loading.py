@@ -13,7 +13,7 @@ import torch.nn as nn
 from comlrl.models.gradient_checkpointing import enable_gradient_checkpointing
 from comlrl.models.lora import LoraBases, is_adapter_dir
 from comlrl.models.precision import Precision, check_object_dtype, parse_dtype
-from comlrl.models.sources import check_source_exists, describe_source
+from comlrl.models.sources import check_source_exists, describe_source, load_failure_fix
 
 MODEL_CONFIG_KEYS = frozenset(
     {
@@ -96,12 +96,11 @@ def load_causal_lm(name: str, kwargs: Mapping[str, Any], label: str) -> nn.Modul
         kwargs["dtype"] = TRAINABLE_DEFAULT_DTYPE
     try:
         return AutoModelForCausalLM.from_pretrained(name, **kwargs)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - OSError, ValueError, safetensors' SafetensorError, ...
+        if not isinstance(exc, (OSError, ValueError)) and "safetensor" not in type(exc).__name__.lower():
+            raise
         reason = " ".join(str(exc).split()).rstrip(".")
-        raise ValueError(
-            f"Could not load {label} from {name!r}: {reason}. Give a local folder that holds a saved model "
-            f"(config.json and weights) or a hub id this machine can reach."
-        ) from exc
+        raise ValueError(f"Could not load {label} from {name!r}: {reason}. {load_failure_fix(name)}") from exc
 
 
 @dataclass(frozen=True)

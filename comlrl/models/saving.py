@@ -10,10 +10,13 @@ safetensors writes its files 0600; everything that is published gets the permiss
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from comlrl.models.storage import check_writable, created_dirs, remove_empty, writing
 
 
 def current_umask() -> int:
@@ -69,7 +72,11 @@ def make_temp_file(parent: str, prefix: str, suffix: str = "") -> str:
 
 def check_folder_path(path: str, what: str) -> None:
     """Refuse (ValueError, before anything is written) a folder path that is a file or lies under one:
-    ``what`` names the argument in the message (``"output_dir"``, ``"save_model(path)"``, ...)."""
+    ``what`` names the argument in the message (``"output_dir"``, ``"save_model(path)"``, ...). A folder that
+    cannot be written (read-only disk, no permission) is refused too (``StorageError``)."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise ValueError(f"{what} must be a folder path (a non-empty str), got {path!r}. Give the folder to write into, "
+                         f"e.g. 'runs/my-run'.")
     path = os.fspath(path)
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
@@ -80,6 +87,7 @@ def check_folder_path(path: str, what: str) -> None:
     if not os.path.isdir(probe):
         where = "is a file" if probe == os.path.abspath(path) else f"lies under the file {probe!r}"
         raise ValueError(f"{what} {path!r} {where}; a folder is needed there. Choose another path (or move the file away).")
+    check_writable(path, what)
 
 
 def _non_empty_dir(path: str) -> bool:
@@ -97,11 +105,23 @@ def check_target_free(path: str, overwrite: bool) -> None:
         )
 
 
-def write_dir_atomically(path: str, write: Callable[[str], None], overwrite: bool = False) -> None:
-    """Run ``write(staging_dir)`` and move the result to ``path`` in one rename."""
+def write_dir_atomically(path: str, write: Callable[[str], None], overwrite: bool = False, what: str = "the model") -> None:
+    """Run ``write(staging_dir)`` and move the result to ``path`` in one rename. A failure leaves ``path`` as
+    it was (folders made for it removed again); a full or read-only disk is a ``StorageError`` about ``what``."""
     check_target_free(path, overwrite)
     parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
+    made = created_dirs(parent)
+    kept = " Nothing was saved there; what the folder held before is unchanged."
+    try:
+        with writing(path, what, kept):
+            os.makedirs(parent, exist_ok=True)
+            _write_staged(path, parent, write)
+    except BaseException:
+        remove_empty(made)
+        raise
+
+
+def _write_staged(path: str, parent: str, write: Callable[[str], None]) -> None:
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=parent)
     backup: Optional[str] = None
     try:
@@ -119,6 +139,23 @@ def write_dir_atomically(path: str, write: Callable[[str], None], overwrite: boo
         raise
     if backup is not None:
         shutil.rmtree(backup, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def all_or_nothing(targets: Sequence[str]) -> Iterator[None]:
+    """Folders written together (a team's ``agent_i``): when the block fails, the ones among ``targets`` that
+    did not exist before it are removed again, with folders made for them that are left empty, so a
+    failed save never leaves half a team behind (what existed before stays)."""
+    new = [target for target in targets if not os.path.exists(target)]
+    made = sorted({folder for target in targets for folder in created_dirs(os.path.dirname(os.path.abspath(target)))},
+                  key=len, reverse=True)
+    try:
+        yield
+    except BaseException:
+        for target in new:
+            shutil.rmtree(target, ignore_errors=True)
+        remove_empty(made)
+        raise
 
 
 def save_pretrained_dir(
@@ -141,8 +178,18 @@ def save_pretrained_dir(
 def write_into_dir(path: str, write: Callable[[str], None], overwrite: bool = False) -> None:
     """Run ``write(staging_dir)`` and move each entry it made into ``path`` (which may already hold
     other files). An entry whose name exists in ``path`` is refused unless ``overwrite``; nothing
-    is moved until every name has been checked."""
-    os.makedirs(path, exist_ok=True)
+    is moved until every name has been checked. A full or read-only disk is a ``StorageError``."""
+    made = created_dirs(path)
+    try:
+        with writing(path, "the model", " Nothing new was moved into it; what it held before is unchanged."):
+            os.makedirs(path, exist_ok=True)
+            _write_into(path, write, overwrite)
+    except BaseException:
+        remove_empty(made)
+        raise
+
+
+def _write_into(path: str, write: Callable[[str], None], overwrite: bool) -> None:
     staging = tempfile.mkdtemp(prefix=".staging.", dir=path)
     try:
         write(staging)

@@ -71,6 +71,20 @@ def check_source_exists(name: Any, label: str) -> None:
     )
 
 
+EMBEDDED_MODEL_HINT = (
+    "the embedded SmolLM2-135M-Instruct needs no network: 'default' in comlrl train (agent_model.name=default), "
+    "comlrl.models.default_model.default_model_dir() in Python"
+)
+
+
+def load_failure_fix(name: Any, what: str = "a saved model (config.json and weights)") -> str:
+    """The fix of a source that failed to load: a folder, a reachable hub id, or the embedded model."""
+    fix = f"Give a local folder that holds {what} or a hub id this machine can reach"
+    if isinstance(name, str) and not looks_like_path(name):
+        fix += f" (check the spelling; {EMBEDDED_MODEL_HINT})"
+    return fix + "."
+
+
 def check_sources_exist(sources: Sequence[Any], kind: str) -> None:
     """``check_source_exists`` for every entry (``kind[i]`` in the message)."""
     for index, source in enumerate(sources):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from comlrl.models.sources import check_source_exists, describe_source
+from comlrl.models.sources import check_source_exists, describe_source, load_failure_fix
 
 
 def _is_tokenizer_sequence(value: Any) -> bool:
@@ -46,6 +46,15 @@ def plan_tokenizers(tokenizer: Any, sources: Sequence[Any], *, kind: str = "agen
     return [tokenizer] * count
 
 
+def tokenizer_fix(agents: Any) -> str:
+    """The one line that gives ``agents`` their tokenizers: a saved folder or hub id holds its own."""
+    sources = list(agents) if isinstance(agents, (list, tuple)) else [agents]
+    if sources and all(isinstance(source, str) for source in sources):
+        return f"Add tokenizer={sources!r} (each folder or id holds its tokenizer)."
+    return ("Add tokenizer=[AutoTokenizer.from_pretrained(path) for path in <the folders or ids the agents were loaded "
+            "from>], one per agent.")
+
+
 def load_tokenizers(plan: Sequence[Any]) -> List[Any]:
     """Load string entries with ``AutoTokenizer`` (each distinct string once); objects pass through."""
     from transformers import AutoTokenizer
@@ -61,8 +70,8 @@ def load_tokenizers(plan: Sequence[Any]) -> List[Any]:
                 except (OSError, ValueError) as exc:
                     reason = " ".join(str(exc).split()).rstrip(".")
                     raise ValueError(
-                        f"Could not load a tokenizer from {entry!r}: {reason}. Give a local folder that holds "
-                        f"tokenizer files, a reachable hub id, or pass tokenizer=... explicitly."
+                        f"Could not load a tokenizer from {entry!r}: {reason}. {load_failure_fix(entry, 'tokenizer files')[:-1]}, "
+                        f"or pass tokenizer=... explicitly."
                     ) from exc
             out.append(cache[entry])
         else:

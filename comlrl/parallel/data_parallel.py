@@ -6,7 +6,7 @@ One place knows about ranks. ``DataParallel.current()`` notices torchrun's envir
 script runs under ``torchrun --nproc_per_node=N script.py``. Outside torchrun it is a single process and
 every collective below is the identity.
 
-What a trainer does with it (``TrainerBase``):
+What a trainer does with it (``trainers.team.Team``, ``trainers.run.Run``):
 - each rank rolls out a disjoint shard of every step's items (``shard``), with the item's index in
   the global step as the identity of its random streams, so samples do not depend on the world size;
 - every optimizer averages each gradient across ranks before it steps (``average_``);

@@ -5,6 +5,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
+from comlrl.rollout.rows import as_dataset, callable_name, describe_row, raised_at
+
 
 def _accepts_keyword(func: Callable, name: str) -> bool:
     try:
@@ -41,6 +43,7 @@ def check_prompt_rows(datasets: Mapping[str, Any], formatters: Any) -> None:
     if formatters is not None:
         return
     for name, dataset in datasets.items():
+        dataset = as_dataset(dataset, name)
         if dataset is None:
             continue
         columns = _first_row_fields(dataset)
@@ -73,8 +76,13 @@ def _first_row_fields(dataset: Any):
     return (set(columns), None) if columns else None
 
 
+class FormatterError(ValueError):
+    """A formatter raised, or returned something other than a prompt string, for a dataset row."""
+
+
 class Formatter:
-    """Calls a user formatter with ``(item)`` or ``(item, external_prompts=...)`` and checks the result."""
+    """Calls a user formatter with ``(item)`` or ``(item, external_prompts=...)`` and checks the result;
+    whatever goes wrong is one ``FormatterError`` naming the formatter, its agent and the row."""
 
     def __init__(self, func: Callable, index: int, *, pass_none_external_prompts: bool):
         self.original = func
@@ -82,14 +90,29 @@ class Formatter:
         self._takes_external = _accepts_keyword(func, "external_prompts")
         self._pass_none = pass_none_external_prompts
 
+    def _name(self) -> str:
+        if self.original is default_formatter:
+            return f"formatters[{self.index}] (none given: the row's 'prompt'), agent {self.index}"
+        return f"formatters[{self.index}] ({callable_name(self.original)}) of agent {self.index}"
+
     def __call__(self, item: Any, external_prompts: Optional[str] = None) -> str:
-        if self._takes_external and (external_prompts is not None or self._pass_none):
-            prompt = self.original(item, external_prompts=external_prompts)
-        else:
-            prompt = self.original(item)
+        try:
+            if self._takes_external and (external_prompts is not None or self._pass_none):
+                prompt = self.original(item, external_prompts=external_prompts)
+            else:
+                prompt = self.original(item)
+        except Exception as error:  # noqa: BLE001 - the user's formatter: name it, its agent and the row
+            fields = f" (the row's fields: {sorted(map(str, item))})" if isinstance(item, Mapping) else ""
+            raise FormatterError(
+                f"{self._name()} raised {type(error).__name__}: {error}{raised_at(error)} on {describe_row(item)}{fields}. "
+                f"Fix the formatter or that row (a formatter maps a row to the agent's prompt string)."
+            ) from error
         if not isinstance(prompt, str):
-            raise ValueError(
-                f"formatters[{self.index}] must return the prompt as a str, got {type(prompt).__name__}."
+            what = "None" if prompt is None else f"a {type(prompt).__name__}"
+            cause = " (its 'prompt' field is None or missing)" if self.original is default_formatter else ""
+            raise FormatterError(
+                f"{self._name()} returned {what} for {describe_row(item)}{cause}; it must return the prompt as a str. "
+                f"Fill in or drop that row (e.g. dataset.filter(lambda row: row['prompt'])), or fix the formatter."
             )
         return prompt
 

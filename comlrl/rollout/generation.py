@@ -15,9 +15,11 @@ from typing import Any, Callable, ContextManager, Dict, Iterator, List, Optional
 import torch
 import torch.nn as nn
 
+from comlrl.models.preflight import context_length
 from comlrl.models.tokenizers import bos_token, eos_token_ids, pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.rollout.batch import left_pad
+from comlrl.rollout.prompt_check import check_encoded
 from comlrl.rollout.sampling import TokenSampler, draw_seeds
 
 # Keys ``train(**kwargs)`` may not override: the trainer owns them.
@@ -181,6 +183,7 @@ class HFGenerator:
         self.pad_id = pad_token_id(tokenizer)
         self.eos_ids = eos_token_ids(tokenizer, self.model)
         self.bos = bos_token(tokenizer)
+        self.context = context_length(getattr(self.model, "config", None))
 
     def encode(self, prompts: Sequence[str]) -> List[torch.Tensor]:
         return encode_prompts(self.tokenizer, self.bos, prompts)
@@ -206,6 +209,7 @@ class HFGenerator:
         from transformers import LogitsProcessorList
 
         prompt_ids = self.encode(prompts)
+        check_encoded([len(ids) for ids in prompt_ids], self.context, sampling.max_new_tokens)
         rows = [ids for ids in prompt_ids for _ in range(num_samples)]  # prompt-major, K per prompt
         input_ids, attention_mask = left_pad(rows, self.pad_id)
         sampler = None

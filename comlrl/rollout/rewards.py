@@ -26,6 +26,12 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
+from comlrl.rollout.rows import callable_name, describe_rows, raised_at
+
+
+class RewardFunctionError(ValueError):
+    """The user's reward function raised: the message names it, the rows and the team it scored."""
+
 
 def _describe(func: Callable) -> str:
     return getattr(func, "__name__", None) or type(func).__name__
@@ -153,12 +159,21 @@ class RewardFunction:
     def call(self, lists: Sequence[Sequence[str]], prompts: Optional[Sequence[str]], batch_items: Optional[Sequence[Any]]) -> Any:
         """Call the function once and return whatever it returned."""
         lists = [list(x) for x in lists]
-        if self._signature is None:
-            return self._call_blind(lists, batch_items)
-        if self._plan is None:
+        if self._signature is not None and self._plan is None:
             self._plan = self._choose_plan(lists, prompts, batch_items)
-        args, kwargs = _arguments(self._plan, lists, list(prompts) if prompts is not None else None, batch_items)
-        return self.func(*args, **kwargs)
+        try:
+            if self._signature is None:
+                return self._call_blind(lists, batch_items)
+            args, kwargs = _arguments(self._plan, lists, list(prompts) if prompts is not None else None, batch_items)
+            return self.func(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the user's function: name it, the rows and the team
+            count = len(lists[0]) if lists else 0
+            raise RewardFunctionError(
+                f"reward_func {callable_name(self.func)} raised {type(error).__name__}: {error}{raised_at(error)} while scoring "
+                f"{_responses(count)} of {self.num_agents} agent(s) on {describe_rows(batch_items)}. It is called as "
+                f"{needed_signature(self.num_agents)} with one list of completion strings per agent; fix the function "
+                f"(or that row)."
+            ) from error
 
     def _choose_plan(self, lists, prompts, batch_items) -> _CallPlan:
         for plan in self._plans:

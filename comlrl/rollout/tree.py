@@ -25,7 +25,9 @@ from comlrl.core.credit import joint_returns_of_agent
 from comlrl.core.returns import cross_marginal_returns, node_returns
 from comlrl.rollout.formatters import Formatter
 from comlrl.rollout.generation import Completions, GenerationBackend, SamplingParams
+from comlrl.rollout.prompt_check import PromptTooLongError
 from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.rows import describe_row, same_row
 from comlrl.rollout.sampling import draw_seeds
 
 
@@ -182,7 +184,14 @@ class TreeRollout:
 
         def task(agent: int) -> Tuple[Completions, Dict[str, Any]]:
             prompts = [node.prompts[agent] for node in level]
-            completions = self.generators[agent].generate(prompts, self.k, self.sampling, self._seeds(level, agent))
+            try:
+                completions = self.generators[agent].generate(prompts, self.k, self.sampling, self._seeds(level, agent))
+            except PromptTooLongError as error:
+                if error.index is None:
+                    raise
+                node = level[error.index]
+                raise PromptTooLongError(f"agents[{agent}]'s prompt at turn {node.turn + 1} for {describe_row(node.item)}: "
+                                         f"{error}") from None
             return completions, (self.row_scorer(agent, completions) if self.row_scorer else {})
 
         done = self.map_agents(task, list(range(self.num_agents)))
@@ -252,7 +261,7 @@ class TreeRollout:
             if self.passthrough:
                 prompts.append(text)
             else:
-                item = dict(node.item) if hasattr(node.item, "keys") else {"prompt": text}
+                item = same_row(dict(node.item), node.item) if hasattr(node.item, "keys") else {"prompt": text}
                 item["prompt"] = text
                 prompts.append(self.formatters[agent](item, external_prompts=text))
         history = [h + [p] for h, p in zip(node.prompt_history, prompts)]

@@ -74,7 +74,26 @@ def parse_override(text: str) -> Override:
 
 
 def parse_overrides(texts: Sequence[str]) -> List[Override]:
-    return [parse_override(text) for text in texts]
+    """Every override; a key given twice with different values, or a key and a section holding it
+    (``agent_model=...`` and ``agent_model.name=...``), is refused: which one wins would depend on
+    their order."""
+    parsed = [parse_override(text) for text in texts]
+    seen: Dict[Tuple[str, ...], Override] = {}
+    for override in parsed:
+        for earlier_path, earlier in seen.items():
+            shorter = min(len(earlier_path), len(override.path))
+            if earlier_path[:shorter] != override.path[:shorter]:
+                continue
+            if earlier_path == override.path:
+                if earlier.raw.strip() == override.raw.strip():
+                    continue  # the same value twice: nothing to choose
+                raise ValueError(f"--override sets {override.key} twice, to {earlier.raw} and to {override.raw}; only one "
+                                 f"can hold (the last would silently win). Keep one of them.")
+            section, key = (earlier, override) if len(earlier_path) < len(override.path) else (override, earlier)
+            raise ValueError(f"--override sets the section {section.key}={section.raw} and the key {key.key}={key.raw} inside "
+                             f"it; which one wins would depend on their order. Set {key.key} alone, or put it in {section.key}'s value.")
+        seen[override.path] = override
+    return parsed
 
 
 def apply_overrides(config: MutableMapping[str, Any], overrides: Sequence[Override]) -> Dict[str, Any]:

@@ -17,7 +17,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from comlrl.models.entities import AgentPlan, agent_count, plan_agents
 from comlrl.rollout.formatters import build_formatters, check_prompt_rows
+from comlrl.rollout.prompt_check import PromptCheck
 from comlrl.rollout.rewards import RewardFunction
+from comlrl.rollout.rows import as_dataset
 
 
 def resolve_config(args: Any, family: type, default_cls: type, defaults: Optional[Dict[str, Any]] = None) -> Any:
@@ -46,7 +48,8 @@ def plan_team(args: Any, agent_model: Any, agents: Any, num_agents: Optional[int
 @dataclass
 class Task:
     """What the agents are trained on: one formatter per agent, the reward (``reward_func`` with its
-    processor), the transition between turns and the datasets."""
+    processor), the transition between turns, the datasets, and the check that every row's prompt
+    fits its agent's context (``prompt_check``, run by ``load_agents`` before any model loads)."""
 
     formatters: List[Any]
     reward: RewardFunction
@@ -55,6 +58,7 @@ class Task:
     external_transition: Any
     train_dataset: Any
     eval_dataset: Any
+    prompt_check: PromptCheck
 
     def user_callbacks(self) -> Dict[str, Any]:
         """The user's objects a checkpoint keeps the state of (when they offer one)."""
@@ -65,13 +69,16 @@ class Task:
 
 
 def bind_task(count: int, *, formatters: Any, train_dataset: Any, eval_dataset: Any, reward_func: Any, reward_processor: Any,
-              external_transition: Any, pass_none_external_prompts: bool) -> Task:
+              external_transition: Any, pass_none_external_prompts: bool, max_new_tokens: int) -> Task:
     """The task of ``count`` agents: one formatter per agent (the datasets' rows must hold what they
-    read) and ``reward_func`` with ``reward_processor``."""
+    read), ``reward_func`` with ``reward_processor``, and the datasets as the trainer keeps them (a
+    pandas DataFrame becomes a ``datasets.Dataset``)."""
+    datasets = {"train_dataset": as_dataset(train_dataset, "train_dataset"), "eval_dataset": as_dataset(eval_dataset, "eval_dataset")}
     built = build_formatters(formatters, count, pass_none_external_prompts=pass_none_external_prompts)
-    check_prompt_rows({"train_dataset": train_dataset, "eval_dataset": eval_dataset}, formatters)
+    check_prompt_rows(datasets, formatters)
     reward = RewardFunction(reward_func, count, reward_processor)
-    return Task(built, reward, reward_func, reward_processor, external_transition, train_dataset, eval_dataset)
+    return Task(built, reward, reward_func, reward_processor, external_transition, datasets["train_dataset"], datasets["eval_dataset"],
+                PromptCheck(datasets, built, max_new_tokens))
 
 
 def check_transition(args: Any, transition: Any, family: str) -> None:

@@ -29,7 +29,8 @@ from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.store import CheckpointStore
 from comlrl.rollout.tree import TreeRollout
 from comlrl.rollout.generation import GENERATION_KEY_FIELDS, RESERVED_GENERATION_KEYS, SamplingParams, refused_generation_keys
-from comlrl.telemetry.progress import ProgressBar, StepTimer, remaining_steps
+from comlrl.rollout.rows import labelled_rows
+from comlrl.telemetry.progress import ProgressBar, RunClock, remaining_evaluations, remaining_steps
 from comlrl.telemetry.run_record import describe_data, describe_model, describe_reward
 from comlrl.trainers.combinations import check_data_parallel
 from comlrl.trainers.construction import Task
@@ -151,6 +152,7 @@ class Run:
         self.contents = RunCheckpoints(self)
         self.checkpoints = CheckpointStore(self.contents)
         self.after_epoch_checkpoint: Callable[[int, bool], None] = self.epoch_checkpoint
+        self.clock: Optional[RunClock] = None  # the remaining-time estimate of the running epochs
 
     @property
     def metrics(self):
@@ -235,20 +237,25 @@ class Run:
         step, state, metrics = self.step, self.state, self.metrics
         total = self.args.num_train_epochs
         length = step.epoch_length()
-        timer = StepTimer(remaining_steps(length, step.items_per_step(), state.epoch, state.position, total))
+        where = (length, step.items_per_step(), state.epoch, state.position, total)
+        interval = self.args.eval_interval if self.task.eval_dataset is not None else 0
+        self.clock = timer = RunClock(remaining_steps(*where), remaining_evaluations(*where, interval))
         while state.epoch < total:
             bar = ProgressBar(total=length, initial=state.position, enabled=self.verbose, desc=f"{self.name} epoch {state.epoch + 1}/{total}")
             try:
                 for start, items, last in self._epoch_steps(state.position):
                     self.maybe_evaluate(start, len(items))
                     local, ids = self.team.dist.shard(start, items)
-                    step.train_step(local, ids)
+                    with labelled_rows(items, start):  # errors on a row name it (train_dataset row N)
+                        step.train_step(local, ids)
                     state.position = start + len(items)
                     state.global_step += 1
                     # The epoch's last step is logged with the epoch's means, after the buffers drain.
+                    note = timer.step_done()
+                    bar.estimate(timer.left())
                     bar.update(len(items), None if last else metrics.flush(state.env_step))
-                    if not timer.done:
-                        bar.note(f"{self.name}: {timer.estimate()}")
+                    if note:
+                        bar.note(f"{self.name}: {note}")
                     self.checkpoints.after_step(state.global_step)
                 step.flush()
                 metrics.record(metrics.epoch_summary(state.epoch + 1))
@@ -279,7 +286,7 @@ class Run:
     def maybe_evaluate(self, start: int, count: int) -> None:
         if self.task.eval_dataset is None or not self.step.evaluation_due(start, count):
             return
-        with self.team.unsharded():  # every rank unshards; rank 0 evaluates for the run
+        with self.team.unsharded(), self.clock.evaluating():  # every rank unshards; rank 0 evaluates for the run
             if self.team.dist.is_main:
                 self.evaluate()
 

@@ -115,6 +115,7 @@ class RunCheckpoints:
         identity = redact_secrets(build_identity(
             config=run.args, dataset=run.task.train_dataset, tokenizers=self.tokenizers(),
             wandb=wandb.identity if wandb is not None else None, progress=asdict(run.state), generation=run.generation_kwargs,
+            reward=run.task.reward_func,
         ))
         if run.team.dist.enabled:
             identity["data_parallel"] = {"world_size": run.team.dist.world_size}

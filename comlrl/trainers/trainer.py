@@ -19,7 +19,7 @@ import torch.nn as nn
 
 from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.models.lora import export_view
-from comlrl.models.saving import check_folder_path, check_target_free, save_pretrained_dir
+from comlrl.models.saving import all_or_nothing, check_folder_path, check_target_free, save_pretrained_dir
 from comlrl.parallel.fsdp import full_model_state, is_sharded
 from comlrl.telemetry.progress import library_bars
 from comlrl.trainers.construction import Task
@@ -111,7 +111,7 @@ class Trainer:
             targets = self._agent_export_dirs(output_dir)
             for target in targets:
                 check_target_free(target, overwrite)
-            with library_bars(self.verbose):
+            with library_bars(self.verbose), all_or_nothing(targets):
                 for target, model, state, tokenizer in zip(targets, models, states, self.tokenizers):
                     save_pretrained_dir(target, model, tokenizer, overwrite, state_dict=state)
             self._mark_model_saved()

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
+from comlrl.rollout.rewards import RewardFunctionError
 from tests.helpers.checkpoint_runs import CrashingReward, assert_equal, assert_same_run, make_dataset, seed_everything
 from tests.helpers.common import length_ratio
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -107,7 +108,7 @@ def test_crash_then_resume_is_bit_identical(tiny_paths, tmp_path, kind):
 
     seed_everything(0)
     crashing = make_crash_run(kind, tiny_paths, reward=CrashingReward(2))  # the second step's reward raises
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         crashing.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
     assert any(crashing.rollout_buffers)  # the checkpoint had to carry buffered samples
     assert latest_checkpoint(str(tmp_path)) is not None

@@ -27,7 +27,7 @@ SAVES = 10  # 8 step checkpoints + 2 epoch ends
 # training_state.pt is written), and the parent kills it there.
 CHILD = textwrap.dedent(
     """
-    import json, os, sys, time
+    import functools, json, os, sys, time
     sys.path.insert(0, {tests!r})
     import tests.helpers.common  # offline settings, one thread: exactly what the parent process uses
     import comlrl.checkpoint.folder as checkpoint
@@ -43,6 +43,7 @@ CHILD = textwrap.dedent(
 
     calls = []
 
+    @functools.wraps(length_ratio)  # the same reward with a kill point (a resume checks the reward function)
     def reward(c1, c2):
         calls.append(1)
         if where == "reward" and len(calls) == count:

@@ -4,6 +4,7 @@ reader) hold each row once: rows written after the checkpoint are dropped."""
 import json
 
 import pytest
+from comlrl.rollout.rewards import RewardFunctionError
 from tests.helpers.checkpoint_runs import CrashingReward, make_dataset, make_magrpo, seed_everything
 from tests.helpers.sink_readers import expected_scalars, tensorboard_scalars
 
@@ -28,7 +29,7 @@ def test_resume_drops_rows_of_the_abandoned_continuation(tiny_paths, tmp_path):
     logs, checkpoints = tmp_path / "run", tmp_path / "checkpoints"
     seed_everything(0)
     crashing = make_magrpo(tiny_paths, dataset, reward=CrashingReward(23), output_dir=str(logs), tensorboard=True)
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         crashing.train(checkpoint_dir=str(checkpoints), checkpoint_steps=2)  # rows after the last save exist
     crashing.close()
     written = rows_of(logs / "metrics.jsonl")

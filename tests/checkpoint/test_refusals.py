@@ -5,6 +5,7 @@ import os
 import shutil
 
 import pytest
+from comlrl.rollout.rewards import RewardFunctionError
 from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 from tests.helpers.common import length_ratio
 from transformers import AutoTokenizer
@@ -25,7 +26,7 @@ def saved(tiny_paths, dataset, tmp_path_factory):
     directory = tmp_path_factory.mktemp("saved")
     seed_everything(0)
     trainer = make_magrpo(tiny_paths, dataset, reward=CrashingReward(23))
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         trainer.train(checkpoint_dir=str(directory), checkpoint_steps=1)
     meta = read_checkpoint_metadata(str(directory))
     assert meta["progress"]["epoch"] == 1 and meta["progress"]["position"] == 1
@@ -136,6 +137,7 @@ def test_other_generation_settings_are_refused(tiny_paths, dataset, saved):
 class CountingReward:
     def __init__(self):
         self.calls = 0
+        self.__wrapped__ = length_ratio  # the same reward, counted (a resume checks the reward function)
 
     def __call__(self, c1, c2):
         self.calls += 1
@@ -250,7 +252,7 @@ def test_resuming_into_a_directory_of_another_run_is_refused(tiny_paths, dataset
 
 def test_saving_is_refused_after_a_failed_run_and_over_existing_folders(tiny_paths, dataset, tmp_path):
     trainer = make_magrpo(tiny_paths, dataset, reward=CrashingReward(4))
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         trainer.train()
     with pytest.raises(RuntimeError, match="save_checkpoint refused: the last train\\(\\) call raised during epoch 1"):
         trainer.save_checkpoint(str(tmp_path / "late"))

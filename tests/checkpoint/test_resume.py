@@ -6,6 +6,7 @@ import random
 
 import pytest
 import torch
+from comlrl.rollout.rewards import RewardFunctionError
 from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
 
 from comlrl.trainers.reinforce import MARLOOTrainer
@@ -73,7 +74,7 @@ def test_crash_mid_epoch_then_resume_is_bit_identical(tiny_paths, dataset, strai
     """The reward raises in step k; a new trainer resumes the latest step checkpoint and finishes."""
     seed_everything(0)
     crashing = make_magrpo(tiny_paths, dataset, reward=CrashingReward(crash_at))
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         crashing.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
     latest = latest_checkpoint(str(tmp_path))
     meta = read_checkpoint_metadata(latest)
@@ -132,7 +133,7 @@ def test_variant_trainers_resume_exactly(tiny_paths, dataset, tmp_path):
     reference.train()
     seed_everything(3)
     crashing = make_magrpo(tiny_paths, dataset, cls=MARLOOTrainer, reward=CrashingReward(5), **overrides)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         crashing.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
     resumed = make_magrpo(tiny_paths, dataset, cls=MARLOOTrainer, **overrides)
     resumed.train(resume_from_checkpoint=str(tmp_path))
@@ -149,7 +150,7 @@ def test_iterable_dataset_resumes_at_the_same_item(tiny_paths, dataset, tmp_path
     reference.train()
     seed_everything(5)
     crashing = make_magrpo(tiny_paths, stream, reward=CrashingReward(6), **overrides)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RewardFunctionError, match="simulated crash"):
         crashing.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
     assert read_checkpoint_metadata(str(tmp_path))["progress"]["position"] == 3
     resumed = make_magrpo(tiny_paths, stream, **overrides)

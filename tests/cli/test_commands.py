@@ -46,3 +46,46 @@ def test_console_script_runs(tmp_path):
     done = subprocess.run(command + ["plot", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert "comlrl plot: error" in done.stderr and "does not exist" in done.stderr
+
+
+def run_cli(argv, capsys):
+    from comlrl.cli.main import main
+
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_estimate_refuses_a_team_of_nobody(tiny_paths, capsys):
+    code, _, err = run_cli(["estimate", "--num-agents", "0", "--model", tiny_paths["llama"]], capsys)
+    assert code == 2 and "--num-agents must be >= 1, got 0" in err
+
+
+def test_estimate_says_which_critic_it_assumed(tiny_paths, capsys):
+    code, out, _ = run_cli(["estimate", "--algorithm", "maac", "--model", tiny_paths["llama"], "--device", "cpu"], capsys)
+    assert code == 0 and "predicted peak" in out
+    assert f"assumed: one centralized critic, a copy of the agent model {tiny_paths['llama']!r}" in out and "--critic-model" in out
+    code, out, _ = run_cli(["estimate", "--algorithm", "maac", "--model", tiny_paths["llama"], "--critic-model", tiny_paths["gpt2"],
+                            "--device", "cpu"], capsys)
+    assert code == 0 and "assumed" not in out
+
+
+def test_offline_and_an_explicit_online_dataset_conflict(capsys):
+    code, _, err = run_cli(["train", "--config", "magrpo_tldr_config.yaml", "--offline", "--dry-run", "--override",
+                            "dataset.offline=false"], capsys)
+    assert code == 2 and "--offline" in err and "dataset.offline=false" in err and "drop one" in err
+    code, out, _ = run_cli(["train", "--config", "magrpo_tldr_config.yaml", "--offline", "--dry-run", "--override",
+                            "dataset.offline=true"], capsys)
+    assert code == 0 and "offline: true" in out
+
+
+def test_plot_follows_the_extension_or_refuses_one_that_is_no_image(tmp_path, capsys):
+    import json
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"env_step": s, "turn_1/reward_mean": 0.1 * s}) + "\n" for s in (1, 2, 3)))
+    code, _, err = run_cli(["plot", str(tmp_path), "--out", str(tmp_path / "curve.txt")], capsys)
+    assert code == 2 and "curve.txt" in err and ".txt" in err and ".png" in err and not (tmp_path / "curve.txt").exists()
+    code, out, _ = run_cli(["plot", str(tmp_path), "--out", str(tmp_path / "curve.pdf")], capsys)
+    assert code == 0 and (tmp_path / "curve.pdf").read_bytes()[:5] == b"%PDF-"
+    code, _, _ = run_cli(["plot", str(tmp_path), "--out", str(tmp_path / "curve.svg")], capsys)
+    assert code == 0 and b"<svg" in (tmp_path / "curve.svg").read_bytes()[:400]

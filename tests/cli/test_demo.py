@@ -9,7 +9,7 @@ import os
 import pytest
 
 from comlrl.cli.main import main
-from comlrl.cli.demo import epoch_means, length_ratio_reward
+from comlrl.cli.demo import OUTPUTS, epoch_means, length_ratio_reward
 
 SMALL = ["--epochs", "2", "--num-prompts", "2", "--num-generations", "2", "--max-new-tokens", "6", "--threads", "1"]
 
@@ -40,6 +40,7 @@ def check_run(out, sources):
     with open(os.path.join(out, "demo_summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)
     assert len(summary["epoch_reward_mean"]) == 2 and all(0.0 <= r <= 1.0 for r in summary["epoch_reward_mean"])
+    assert sorted(os.listdir(out)) == sorted([*OUTPUTS, "agent_0", "agent_1"])  # what `comlrl demo --help` lists
     return rows
 
 
@@ -73,15 +74,20 @@ def test_demo_heterogeneous_tiny_with_progress_bar(tiny_paths, tmp_path, capsys)
     captured = capsys.readouterr()
     rows = check_run(out, [tiny_paths["llama"], tiny_paths["gpt2"]])
     assert "epoch 2/2" in captured.err  # the progress bar (one line per epoch: capsys is not a terminal)
-    assert "MAGRPO: first step took" in captured.err and "for the 1 remaining steps (estimate)" in captured.err
+    # two steps in all: the first is reported (it carries the warm-up); an estimate needs a second one before the end
+    assert "MAGRPO: first step took" in captured.err and "(warm-up included)" in captured.err
     means = [row["epoch/turn_1/reward_mean"] for row in rows if "epoch" in row]
     assert f"mean reward per epoch: {means[0]:.3f} -> {means[1]:.3f}" in captured.out  # what the bar and the plot show
 
 
-def test_help_states_the_measured_time(capsys):
+def test_help_states_the_measured_time_and_the_files_written(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
-    assert "measured 1 min 53 s" in " ".join(capsys.readouterr().out.split())
+    text = " ".join(capsys.readouterr().out.split())
+    assert "measured 1 min 53 s" in text
+    written = text.split("Writes ", 1)[1].split(" into --output-dir")[0]
+    assert written.replace(" and", ",").split(", ") == ["agent_0/", "agent_1/", *OUTPUTS]
+    assert "run_config.json" in written and " config.json" not in written
 
 
 def test_prompts_file_and_overwrite(tiny_paths, tmp_path, capsys):

@@ -141,7 +141,8 @@ def single_turn_rows(values=VALUES):
     rows, per_epoch = [], len(values) // 2
     for index, value in enumerate(values, start=1):
         row = {"env_step": 4 * index, "turn_1/reward_mean": value, "turn_1/expected_return": value,
-               "agent_0/loss": -value, "agent_1/loss": value, "agent_0/entropy": 1.0, "agent_1/completion_length": 3.0}
+               "agent_0/loss": -value, "agent_1/loss": value, "agent_0/entropy": 1.0 + value, "agent_1/completion_length": 3.0 + index,
+               "agent_0/frac_zero_signal_groups": 0.0, "agents/credit_correlation": 1.0}
         if index % per_epoch == 0:  # the epoch's last row carries its means
             mean = sum(values[index - per_epoch : index]) / per_epoch
             row.update({"epoch": index / per_epoch, "epoch/turn_1/reward_mean": mean, "epoch/turn_1/expected_return": mean})
@@ -180,14 +181,48 @@ def test_smoothed_line_is_the_debiased_moving_average():
     assert not any(gid.startswith("smooth:") for gid in short)  # 6 points are drawn as they are
 
 
-def test_epoch_means_are_markers_in_the_middle_of_their_epochs():
+def test_epoch_means_are_markers_at_the_end_of_their_epochs():
     figure = build_figure(single_turn_rows(), "run")
     markers = lines_by_gid(figure.axes[0])["epoch:turn_1/reward_mean|turn_1/expected_return:1"]
-    # epoch 1 covers env_steps (0, 48] -> x 24, epoch 2 (48, 96] -> x 72; each holds VALUES' six numbers
-    # twice, so both means are (0.2 + 0.4 + 0.3 + 0.5 + 0.7 + 0.6) / 6 = 0.45
-    assert [x for x, _ in points(markers)] == [24, 72]
+    # epoch 1 covers env_steps (0, 48], epoch 2 (48, 96]: each mean is known at its epoch's last step; each
+    # holds VALUES' six numbers twice, so both means are (0.2 + 0.4 + 0.3 + 0.5 + 0.7 + 0.6) / 6 = 0.45
+    assert [x for x, _ in points(markers)] == [48, 96]
     assert [y for _, y in points(markers)] == pytest.approx([0.45, 0.45])
     assert markers.get_linestyle() == "None" and markers.get_marker() == "D"
+
+
+def test_credit_correlation_has_no_panel_in_cross_mode():
+    rows = single_turn_rows()
+    for index, row in enumerate(rows):
+        row["agents/credit_correlation"] = 0.5 + 0.3 * (-1) ** index  # (in cross mode it would be 0 by construction)
+    drawn = [axes.get_ylabel() for axes in build_figure(rows, "run", {"joint_mode": "cross"}).axes[1:]]
+    assert "agents' credit correlation" not in drawn
+    assert "agents' credit correlation" in [axes.get_ylabel() for axes in build_figure(rows, "run", {"joint_mode": "aligned"}).axes[1:]]
+
+
+def test_small_panels_have_few_compact_ticks_that_do_not_overlap(tmp_path):
+    rows = [{"env_step": 32 * step, "turn_1/reward_mean": 0.01 * step, **{f"agent_{a}/{name}": float(step % 7 + a)
+            for a in range(2) for name in ("loss", "entropy", "completion_length", "grad_norm", "advantage_abs_mean")}}
+            for step in range(1, 181)]
+    figure = build_figure(rows, "run")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()  # lays the ticks out
+    renderer = canvas.get_renderer()
+    for axes in figure.axes:
+        labels = [label for label in axes.get_xticklabels() if label.get_text() and label.get_visible()]
+        visible = [label for label in labels if axes.get_xlim()[0] <= label.get_position()[0] <= axes.get_xlim()[1]]
+        assert 2 <= len(visible) <= 11
+        assert all(len(label.get_text()) <= 4 for label in visible), [label.get_text() for label in visible]  # "5.6k", not "5600"
+        boxes = sorted((label.get_window_extent(renderer) for label in visible), key=lambda box: box.x0)
+        assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:]))  # no two labels touch
+
+
+def test_compact_tick_labels():
+    from comlrl.cli.plot import _compact
+
+    assert [_compact(v) for v in (0, 12, 950, 1000, 1200, 12500, 3_400_000)] == ["0", "12", "950", "1k", "1.2k", "12.5k", "3.4M"]
 
 
 def test_env_step_ticks_are_integers():
@@ -200,7 +235,9 @@ def test_env_step_ticks_are_integers():
 def test_per_agent_panels():
     figure = build_figure(single_turn_rows(), "run")
     labels = [axes.get_ylabel() for axes in figure.axes[1:]]
-    assert labels == ["loss", "entropy", "completion length (tokens)"]
+    assert labels == ["loss", "entropy", "completion length (tokens)"]  # zero-signal 0 and correlation 1 throughout: no panel
+    note = [text.get_text() for text in figure.texts if text.get_gid() == "left-out"]
+    assert note == ["not drawn: zero-signal groups (= 0 throughout); agents' credit correlation (= 1 throughout)"]
     loss = lines_by_gid(figure.axes[1])
     assert set(loss) == {"agent:agent_0/loss:1", "agent:agent_1/loss:1"}
     assert points(loss["agent:agent_1/loss:1"])[0] == (4, 0.2)

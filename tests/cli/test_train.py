@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from comlrl.cli.main import main
-from tests.helpers.cli_runs import read_jsonl, tiny, train
+from tests.helpers.cli_runs import merged, read_jsonl, tiny, train
 from tests.helpers.common import REPO_ROOT, bundled_bf16_expected, no_signal_expected
 
 # Every run here trains a bundled config on tiny random models: all answers of a step may score alike
@@ -256,8 +256,8 @@ def test_comlrl_train_under_torchrun(chat_models, tmp_path):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     run_dir = tmp_path / "run"
-    overrides = [*tiny("magrpo"), "magrpo.rollout_buffer_size=2", "magrpo.train_batch_size=2", "magrpo.eval_interval=0",
-                 f'agents=["{chat_models["qwen"]}","{chat_models["llama"]}"]', "agent_model.name=None"]
+    overrides = merged(tiny("magrpo"), ["magrpo.rollout_buffer_size=2", "magrpo.train_batch_size=2", "magrpo.eval_interval=0",
+                                        f'agents=["{chat_models["qwen"]}","{chat_models["llama"]}"]', "agent_model.name=None"])
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
                f"--master_port={port}", "-m", "comlrl", "train", "--config", "magrpo_tldr_config.yaml",
                "--output-dir", str(run_dir), "--override", *overrides]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from comlrl.runplan.overrides import apply_overrides, as_text, parse_override, parse_value
+from comlrl.runplan.overrides import apply_overrides, as_text, parse_override, parse_overrides, parse_value
 
 # (text after the shell, parsed key, parsed value)
 TABLE = [
@@ -74,9 +74,14 @@ def test_apply_creates_sections_and_refuses_keys_inside_values():
         apply_overrides(config, [parse_override("agents.name=x")])
 
 
-def test_later_overrides_win():
+def test_apply_sets_in_order_but_the_command_line_refuses_a_key_twice():
     out = apply_overrides({}, [parse_override("wandb.name=a"), parse_override("wandb.name=b")])
     assert out == {"wandb": {"name": "b"}}
+    with pytest.raises(ValueError, match=r"--override sets wandb.name twice, to a and to b; only one can hold .* Keep one"):
+        parse_overrides(["wandb.name=a", "seed=1", "wandb.name=b"])
+    with pytest.raises(ValueError, match=r"the section agent_model=\{'name': 'y'\} and the key agent_model.name=x"):
+        parse_overrides(["agent_model.name=x", "agent_model={'name': 'y'}"])
+    assert [o.key for o in parse_overrides(["seed=1", "seed=1", "magrpo.num_turns=1"])] == ["seed", "seed", "magrpo.num_turns"]
 
 
 @pytest.mark.parametrize("raw, value", [("[1, 2", "[1, 2"), ("{a: [1}", "{a: [1}"), ("x" * 5000, "x" * 5000)])

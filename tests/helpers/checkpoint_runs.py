@@ -41,6 +41,7 @@ class CrashingReward:
     def __init__(self, crash_at: int):
         self.calls = 0
         self.crash_at = crash_at
+        self.__wrapped__ = length_ratio  # the reward it stands for (a resume checks the reward function)
 
     def __call__(self, c1, c2):
         self.calls += 1

@@ -7,6 +7,15 @@ import json
 from comlrl.cli.main import main
 
 
+def merged(*groups):
+    """Override lists joined with a later key replacing an earlier one (``comlrl train`` refuses a key twice)."""
+    by_key = {}
+    for group in groups:
+        for text in group:
+            by_key[text.split("=", 1)[0]] = text
+    return list(by_key.values())
+
+
 def tiny(section: str, *, turns=None, generations=None):
     settings = [
         "dataset.offline=true", "dataset.num_train_items=2", "dataset.num_eval_items=1", f"{section}.num_train_epochs=1",

@@ -21,6 +21,10 @@ Answer briefly. Answer in detail. Please revise your previous attempt. def aux(x
 """
 
 
+# Positions of the tiny models: a prompt plus max_new_tokens (256 by default) must fit their context.
+CONTEXT = 1024
+
+
 def make_tokenizer(vocab_size: int, eos: str, pad: Optional[str]):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -46,7 +50,7 @@ def make_llama(tokenizer, seed: int = 0, hidden: int = 32, layers: int = 1):
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=CONTEXT, tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
     )
     return LlamaForCausalLM(config).float()
@@ -60,7 +64,18 @@ def make_gpt2(tokenizer, seed: int = 1, hidden: int = 32, layers: int = 1):
         vocab_size=len(tokenizer), n_embd=hidden, n_layer=layers, n_head=2, n_positions=256, n_inner=2 * hidden,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )
-    return GPT2LMHeadModel(config).float()
+    return with_context(GPT2LMHeadModel(config).float(), CONTEXT)
+
+
+def with_context(model, positions: int):
+    """A GPT-2 whose learned position table is extended to ``positions`` rows: the first 256 rows and every
+    other weight are those drawn above (so the model computes what it did with 256 positions), the new
+    rows come from a generator of their own (the global random stream is not touched)."""
+    table = model.transformer.wpe.weight.data
+    extra = torch.randn(positions - table.shape[0], table.shape[1], generator=torch.Generator().manual_seed(7)) * 0.02
+    model.transformer.wpe = torch.nn.Embedding.from_pretrained(torch.cat([table, extra]), freeze=False)
+    model.config.n_positions = positions
+    return model
 
 
 def save(model, tokenizer, path: str) -> str:

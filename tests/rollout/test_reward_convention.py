@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from comlrl.rollout.rewards import RewardFunction, call_reward_function
+from comlrl.rollout.rewards import RewardFunctionError, RewardFunction, call_reward_function
 from comlrl.rollout.reward_processors import RewardProcessors
 
 LISTS = [["a", "bb"], ["ccc", "dddd"]]
@@ -96,12 +96,17 @@ def test_incompatible_signature_is_refused_at_construction():
         RewardFunction(lambda a, b: [0.0], 2, processor=3)
 
 
-def test_errors_inside_the_function_propagate_unchanged():
+def test_errors_inside_the_function_name_it_the_row_and_the_team_and_keep_the_cause():
     def reward(c1, c2):
         raise TypeError("bug inside the reward")
 
-    with pytest.raises(TypeError, match="bug inside the reward"):
-        RewardFunction(reward, 2).score(LISTS, None, {})
+    with pytest.raises(RewardFunctionError) as info:
+        RewardFunction(reward, 2).score(LISTS, None, {"prompt": "p7"})
+    message = str(info.value)
+    assert "reward_func" in message and "test_errors_inside_the_function_name_it" in message and "<locals>.reward" in message
+    assert "raised TypeError: bug inside the reward" in message and "test_reward_convention.py:" in message
+    assert "of 2 agent(s)" in message and "{'prompt': 'p7'}" in message
+    assert isinstance(info.value.__cause__, TypeError) and isinstance(info.value, ValueError)
 
 
 def test_builtin_without_signature_is_called_blind():

@@ -64,7 +64,7 @@ def test_sigterm_with_checkpointing_finishes_the_step_and_checkpoints_it(tiny_pa
     record = summary(out)
     assert record["status"] == "interrupted" and record["final_checkpoint"] == info.value.checkpoint
     assert record["progress"]["global_step"] == 1  # the step in flight was completed, then saved
-    resumed = trainer_for(tiny_paths, prompts_dataset, out, lambda a, b: [0.0] * len(a))
+    resumed = trainer_for(tiny_paths, prompts_dataset, out, signalling_reward(0))  # the same reward (signal 0 sends nothing)
     resumed.train(resume_from_checkpoint=info.value.checkpoint, checkpoint_dir=str(ck))
     assert summary(out)["status"] == "completed" and resumed.state.global_step == len(prompts_dataset)
 

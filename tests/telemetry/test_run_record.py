@@ -85,11 +85,12 @@ def test_a_failed_run_says_so_in_its_summary(tiny_paths, prompts_dataset, tmp_pa
         raise RuntimeError("reward server down")
 
     trainer = make(tiny_paths, prompts_dataset, tmp_path, reward=broken)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ValueError, match="reward_func .*broken raised RuntimeError: reward server down"):
         trainer.train()
     with open(tmp_path / "run_summary.json", encoding="utf-8") as handle:
         summary = json.load(handle)
-    assert summary["status"] == "failed" and summary["error"] == "RuntimeError: reward server down"
+    assert summary["status"] == "failed" and summary["error"].startswith("RewardFunctionError: reward_func ")
+    assert "raised RuntimeError: reward server down" in summary["error"]
 
 
 def test_secrets_are_redacted_in_config_json(tmp_path):

@@ -13,7 +13,8 @@ import torch.nn as nn
 
 from comlrl.models.loading import check_model_config
 from comlrl.models.lora import normalize_peft_configs
-from comlrl.models.saving import check_folder_path
+from comlrl.models.tokenizers import tokenizer_fix
+from comlrl.models.saving import all_or_nothing, check_folder_path
 from comlrl.parallel.fsdp import full_model_state, is_sharded
 from comlrl.telemetry.progress import library_bars
 from comlrl.trainers.actor_critic.config import ActorCriticFields
@@ -46,7 +47,8 @@ def check_actor_critic_arguments(arrangement: CriticArrangement, agent_model: An
     if agents is not None and tokenizer is None:
         raise ValueError(
             f"Tokenizer must be provided when using agents: {name} takes tokenizer=<one tokenizer> or a list with "
-            f"one tokenizer per entry of agents (also when agents are ids or directories)."
+            f"one tokenizer per entry of agents (also when agents are ids or directories, as in CoMLRL). "
+            f"{tokenizer_fix(agents)}"
         )
     check_transition(args, transition, name)
     if metrics_callback is not None and not callable(metrics_callback):
@@ -100,10 +102,11 @@ class ActorCriticTrainerBase(Trainer):
         self.args, self.model_name = args, plan.model_name
         self.task = bind_task(count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset,
                               reward_func=reward_func, reward_processor=reward_processor, external_transition=external_transition,
-                              pass_none_external_prompts=True)
+                              pass_none_external_prompts=True, max_new_tokens=args.max_new_tokens)
         self.team, self.critic_set = load_actor_critic_team(arrangement, plan, critic_plan, model_config, peft_configs, head_dims,
                                                             wandb_config, references=bool(args.reference_kl_enabled),
-                                                            items_per_step=ActorCriticStep.items_for(args), dataset=train_dataset)
+                                                            items_per_step=ActorCriticStep.items_for(args), dataset=self.task.train_dataset,
+                                                            check_prompts=self.task.prompt_check)
         self.metrics_callback = metrics_callback
         self.team.start_workers(self.critic_set.models)
         run_config = wandb_run_config(args, self.algorithm_name, model_name=self.model_name, num_agents=count)
@@ -164,7 +167,7 @@ class ActorCriticTrainerBase(Trainer):
         for entry in entries:  # collective: every rank gathers a sharded backbone
             entry.backbone_state = full_model_state(entry.model.model) if is_sharded(entry.model.model) else None
         if self.team.dist.is_main:  # under torchrun rank 0 writes (every rank holds the same weights)
-            with library_bars(self.verbose):
+            with library_bars(self.verbose), all_or_nothing([entry.path for entry in entries]):
                 write_exports(entries, overwrite, merge_adapters)
             self._mark_model_saved()
         self.team.dist.barrier()

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from comlrl.models.critics import CriticPlan, check_critic_reads, load_critics
 from comlrl.models.entities import AgentPlan, check_plan_sources, load_agents
-from comlrl.models.sources import check_sources_exist
+from comlrl.models.preflight import check_sources_loadable
 from comlrl.models.tokenizers import pad_token_id
 from comlrl.models.value_head import CausalLMWithValueHead
 from comlrl.telemetry.progress import library_bars
@@ -121,7 +121,8 @@ def wrap_actor(model: nn.Module, dim: Optional[int], heads: bool) -> CausalLMWit
 
 def load_actor_critic_team(arrangement: CriticArrangement, plan: AgentPlan, critic_plan: Optional[CriticPlan], model_config: Dict[str, Any],
                            peft_configs: Tuple[Any, Any], head_dims: Tuple[Optional[int], Optional[int]], wandb_config: Any,
-                           *, references: bool, items_per_step: int = 1, dataset: Any = None) -> Tuple[Team, CriticSet]:
+                           *, references: bool, items_per_step: int = 1, dataset: Any = None,
+                           check_prompts: Any = None) -> Tuple[Team, CriticSet]:
     """Join torchrun (the run's counts must split over its processes), place actors and critics,
     resolve precision, load the actors (wrapped with value heads when they carry them) and the
     critics, and build the policies and every optimizer."""
@@ -138,12 +139,12 @@ def load_actor_critic_team(arrangement: CriticArrangement, plan: AgentPlan, crit
     agent_peft, critic_peft = peft_configs
     with library_bars(console_enabled(args, wandb_config)):
         if critic_plan:  # every missing path is named before the first model loads
-            check_sources_exist(critic_plan.sources, "critics")
+            check_sources_loadable(critic_plan.sources, "critics")
         check_plan_sources(plan)
         options = team.load_options(model_config)
         if team.lora is not None and critic_plan:  # a critic over the agents' base is refused before the agents load
             team.lora.refuse_sharing((plan.sources, agent_peft, team.devices, "agent"), (critic_plan.sources, critic_peft, critic_devices, "critic"))
-        backbones, tokenizers = load_agents(plan, model_config, team.devices, options, agent_peft, team.lora)
+        backbones, tokenizers = load_agents(plan, model_config, team.devices, options, agent_peft, team.lora, check_prompts)
         actors = [wrap_actor(model, actor_dim, arrangement.actor_value_heads) for model in backbones]
         critics = load_critics(critic_plan, model_config, critic_devices, critic_dim, options, critic_peft, team.lora) if critic_plan else []
         for slot, critic in enumerate(critics):

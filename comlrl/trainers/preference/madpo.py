@@ -93,13 +93,14 @@ def assemble_preference_team(trainer: Any, given: Dict[str, Any], *, references:
     count, plan = plan_team(args, given["agent_model"], given["agents"], given["num_agents"], given["tokenizer"])
     trainer.task = bind_task(count, formatters=given["formatters"], train_dataset=given["train_dataset"], eval_dataset=given["eval_dataset"],
                              reward_func=given["reward_func"], reward_processor=given["reward_processor"],
-                             external_transition=given["external_transition"], pass_none_external_prompts=False)
+                             external_transition=given["external_transition"], pass_none_external_prompts=False,
+                             max_new_tokens=args.max_new_tokens)
     check_transition(args, given["external_transition"], "MAGRPO")
     check_eval_hooks(given["eval_logger"], given["eval_aggregator"])
     model_config = check_model_config(given["model_config"])
     trainer.args, trainer.model_name = args, plan.model_name
     trainer.team = load_language_team(args, type(trainer).__name__, plan, model_config, [None] * count, given["wandb_config"],
-                                      references=references(args), data_parallel=False)
+                                      references=references(args), data_parallel=False, check_prompts=trainer.task.prompt_check)
     trainer.eval_logger, trainer.eval_aggregator = given["eval_logger"], given["eval_aggregator"]
     trainer.team.start_workers()
     identity = dict(model_name=trainer.model_name, num_agents=args.num_agents)

@@ -23,7 +23,7 @@ from comlrl.checkpoint.state import AttributeState, CheckpointComponents, per_ag
 from comlrl.models.loading import check_model_config
 from comlrl.models.lora import normalize_peft_configs
 from comlrl.models.reward_model import REWARD_MODEL_DIR, loadable_name, resolve_reward_model_source
-from comlrl.models.saving import check_target_free
+from comlrl.models.saving import check_folder_path, check_target_free
 from comlrl.models.sources import describe_source
 from comlrl.trainers.actor_critic.ac_base import check_actor_critic_arguments
 from comlrl.trainers.actor_critic.entities import CriticSet, head_dim, load_actor_critic_team
@@ -241,6 +241,7 @@ class MARLHFTrainer(Trainer):
         """``agent_i/`` for every agent (see ``Trainer.save_model``) and ``reward_model/``: the reward
         backbone (an ordinary causal-LM folder), ``reward_head.pt`` and the reward tokenizer;
         ``reward_model_name=".../reward_model"`` loads it back with its head."""
+        check_folder_path(output_dir, "save_model(output_dir)")
         target = os.path.join(output_dir, REWARD_MODEL_DIR)
         check_target_free(target, overwrite)
         super().save_model(output_dir, overwrite, merge_adapters)

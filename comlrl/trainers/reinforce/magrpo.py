@@ -38,7 +38,7 @@ def check_eval_hooks(eval_logger: Any, eval_aggregator: Any) -> None:
 
 def load_language_team(args: Any, name: str, plan: Any, model_config: Dict[str, Any], peft_configs: Any,
                        wandb_config: Optional[Dict[str, Any]], *, references: bool, data_parallel: bool = True,
-                       items_per_step: int = 1, dataset: Any = None) -> Team:
+                       items_per_step: int = 1, dataset: Any = None, check_prompts: Any = None) -> Team:
     """The team of a trainer whose agents are plain language models (the MAGRPO family, the
     preference trainers): join torchrun (the run's counts must split over its processes), check W&B,
     place, resolve precision, load, build policies."""
@@ -48,7 +48,7 @@ def load_language_team(args: Any, name: str, plan: Any, model_config: Dict[str, 
     reference_devices = team.place_agents(len(plan.sources))
     options = team.load_options(model_config)
     with library_bars(console_enabled(args, wandb_config)):
-        models, tokenizers = load_agents(plan, model_config, team.devices, options, peft_configs, team.lora)
+        models, tokenizers = load_agents(plan, model_config, team.devices, options, peft_configs, team.lora, check_prompts)
         team.build_policies(models, models, tokenizers, plan.sources, reference_devices, references=references)
     return team
 
@@ -94,7 +94,8 @@ class MAGRPOTrainer(Trainer):
             raise ValueError("Either agent_model or agents must be provided (a model id, a directory, or a list of them).")
         count, plan = plan_team(args, agent_model, agents, num_agents, tokenizer)
         task = bind_task(count, formatters=formatters, train_dataset=train_dataset, eval_dataset=eval_dataset, reward_func=reward_func,
-                         reward_processor=reward_processor, external_transition=external_transition, pass_none_external_prompts=False)
+                         reward_processor=reward_processor, external_transition=external_transition, pass_none_external_prompts=False,
+                         max_new_tokens=args.max_new_tokens)
         check_transition(args, external_transition, "MAGRPO")
         check_eval_hooks(eval_logger, eval_aggregator)
         model_config = check_model_config(model_config)
@@ -102,7 +103,7 @@ class MAGRPOTrainer(Trainer):
         self.args, self.task, self.model_name = args, task, plan.model_name
         self.team = load_language_team(args, type(self).__name__, plan, model_config, peft_configs, wandb_config,
                                        references=bool(args.reference_kl_enabled), items_per_step=GroupStep.items_for(args, count),
-                                       dataset=train_dataset)
+                                       dataset=task.train_dataset, check_prompts=task.prompt_check)
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
         self.run = self._new_run(wandb_config)
         self.step = GroupStep(args, self.run, task.reward, self.algorithm_name)
