@@ -108,7 +108,7 @@ def assemble_preference_team(trainer: Any, given: Dict[str, Any], *, references:
     reporting = Reporting(args, trainer.algorithm_name, trainer.team.dist, given["wandb_config"], wandb_run_config(args, trainer.algorithm_name, **identity))
     trainer.run = Run(args=args, name=trainer.algorithm_name, class_name=trainer._class_name(), team=trainer.team, task=trainer.task,
                       reporting=reporting, evaluate=lambda: trainer.evaluate(), models=trainer._run_models)
-    trainer.evaluation = GroupEvaluation(trainer.run, trainer.task.reward, trainer.eval_logger, trainer.eval_aggregator)
+    trainer.evaluation = GroupEvaluation(trainer.run, trainer.task.reward, hooks=trainer)
     trainer.num_roles = roles if roles is not None else count
     if roles is not None:
         args.num_agents = roles

@@ -106,7 +106,7 @@ class MAGRPOTrainer(Trainer):
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
         self.run = self._new_run(wandb_config)
         self.step = GroupStep(args, self.run, task.reward, self.algorithm_name)
-        self.evaluation = GroupEvaluation(self.run, task.reward, eval_logger, eval_aggregator)
+        self.evaluation = GroupEvaluation(self.run, task.reward, hooks=self)
         self._attach(self.step)
 
     def _new_run(self, wandb_config: Optional[Dict[str, Any]]) -> Run:
