@@ -101,10 +101,10 @@ def run_eval(args: argparse.Namespace) -> int:
     import_user_modules(args.imports)
     team = team_source(args)
     data, source, asked = base_config(args, team)
-    plan = eval_plan(args, team, data, source)
+    plan = eval_plan(args, team, data, source, asked)
     output_dir = args.output_dir or os.path.join("runs", f"eval_{plan.environment}_{split_label(args)}")
     check_output_dir(output_dir, args.overwrite)
-    check_team(team, plan, asked)
+    check_team(team, plan)
     sources, tokenizers, names = team_tokenizers(team, plan)
     env, items, data_record = evaluation_items(args, plan, tokenizers, settings)
     started = time.perf_counter()
@@ -182,6 +182,10 @@ def env_config(args: argparse.Namespace, saved: Optional[Dict[str, Any]]) -> Dic
         values = {k: v for k, v in (saved.get(section) or {}).items() if k != "num_turns"}
     else:
         algorithm, section = choose_algorithm({"algorithm": args.algorithm or "magrpo"}, None)
+        if algorithm.name == "maac" or algorithm.family == "preference" and algorithm.name.startswith("marlhf"):
+            raise ValueError(f"--algorithm {algorithm.name} builds a trainer with a critic or reward model, which needs the run config that "
+                             f"names it: give --config FILE (or the agents' own run directory), or --algorithm iac / magrpo for the "
+                             f"same evaluation without one.")
         # evaluation runs no critic: IAC's value heads on the actors spare loading one (MAAC needs --config with its critic)
         values = {"use_separate_critic": False} if algorithm.family == "actor_critic" and algorithm.name != "maac" else {}
     data["algorithm"] = algorithm.name
@@ -189,15 +193,23 @@ def env_config(args: argparse.Namespace, saved: Optional[Dict[str, Any]]) -> Dic
     return data
 
 
-def eval_plan(args: argparse.Namespace, team, data: Dict[str, Any], source: str):
+def eval_plan(args: argparse.Namespace, team, data: Dict[str, Any], source: str, asked: str):
     """The ``RunPlan`` of the evaluation: ``data`` with the evaluated agents and the flags."""
+    from comlrl.cli.eval_team import check_checkpoint_family
     from comlrl.envs.base import build_options, environment_spec
     from comlrl.runplan.plan import choose_algorithm, choose_environment, resolve
 
     data = {key: copy.deepcopy(value) for key, value in data.items() if key not in ("wandb", "checkpoint")}
     algorithm, section = choose_algorithm(data, args.algorithm)
+    if team.checkpoint is not None:
+        check_checkpoint_family(team.manifest, algorithm, asked)
     environment = choose_environment(data)
     check_team_size(team, environment_spec(environment).agent_counts, environment)
+    if args.num_turns is not None:
+        try:
+            build_options(environment, {"num_turns": args.num_turns})
+        except ValueError as error:
+            raise ValueError(f"--num-turns {args.num_turns}: {error}") from None
     values = dict(data.get(section) or {})
     values.pop("output_dir", None)
     if team.folders is not None:
@@ -244,10 +256,9 @@ def check_team_size(team, counts: Tuple[int, ...], environment: str) -> None:
                          f"or evaluate on an environment for {size}.")
 
 
-def check_team(team, plan, asked: str) -> None:
-    """Refusals that need the plan: the team size the folders' run trained, the checkpoint's trainer
-    family and agent count."""
-    from comlrl.cli.eval_team import check_checkpoint_family, trained_team_size
+def check_team(team, plan) -> None:
+    """Refusals that need the plan: the team size the folders' run trained, the checkpoint's agent count."""
+    from comlrl.cli.eval_team import trained_team_size
     from comlrl.runplan.plan import load_config
 
     if team.folders is not None and team.saved_config:
@@ -255,11 +266,9 @@ def check_team(team, plan, asked: str) -> None:
         if trained is not None and trained != len(team.folders):
             raise ValueError(f"--agents gives {len(team.folders)} agents, but their run ({team.saved_config}) trained a team of {trained}; "
                              f"give the whole team (agent_0 .. agent_{trained - 1}) in order.")
-    if team.checkpoint is not None:
-        check_checkpoint_family(team.manifest, plan.algorithm, asked)
-        if team.size != plan.entities.num_agents:
-            raise ValueError(f"--checkpoint {team.checkpoint!r} holds {team.size} agents but the run config builds {plan.entities.num_agents}; "
-                             f"give the config of the run that wrote it (--config).")
+    if team.checkpoint is not None and team.size != plan.entities.num_agents:
+        raise ValueError(f"--checkpoint {team.checkpoint!r} holds {team.size} agents but the run config builds {plan.entities.num_agents}; "
+                         f"give the config of the run that wrote it (--config).")
 
 
 def team_tokenizers(team, plan) -> Tuple[List[str], List[Any], Dict[str, Any]]:

@@ -4,7 +4,6 @@ pass@k needs an environment whose reward breakdown counts tests)."""
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Tuple
 
@@ -13,19 +12,14 @@ def read_dataset(path: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """The rows of a JSON-lines file (one JSON object per non-empty line)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--dataset {path!r}: no such file; give a JSON-lines file with one row (a JSON object) per line.")
+    from comlrl.cli.jsonl import json_lines
+
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"--dataset {path!r}: line {number} is not JSON ({error.msg}); give one JSON object per line.") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"--dataset {path!r}: line {number} is a {type(row).__name__}, not a row; give one JSON object "
-                                 f"(the environment's columns) per line.")
-            rows.append(row)
+    for number, row in json_lines(path, f"--dataset {path!r}"):
+        if not isinstance(row, dict):
+            raise ValueError(f"--dataset {path!r}, line {number}: a {type(row).__name__}, not a row; give one JSON object (the "
+                             f"environment's columns) per line.")
+        rows.append(row)
     return rows, {"source": os.path.abspath(path)}
 
 

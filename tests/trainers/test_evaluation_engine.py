@@ -4,8 +4,6 @@ script writes so every number is known; both families' ``report`` and training's
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from comlrl.envs import get_environment
@@ -13,30 +11,7 @@ from comlrl.trainers.actor_critic import IACConfig, IACTrainer
 from comlrl.trainers.evaluation import EvalSettings
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 from tests.helpers.common import length_ratio
-from tests.helpers.scripted_generation import script_team
-
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
-
-AUX = "def aux(x):\n    return x\n"
-SOLUTIONS = {  # entry point -> (passes every test, fails some)
-    "rotate_left": ("def rotate_left(items, k):\n    if not items:\n        return []\n    k %= len(items)\n    return items[k:] + items[:k]\n",
-                    "def rotate_left(items, k):\n    return items\n"),
-    "second_largest": ("def second_largest(values):\n    d = sorted(set(values))\n    return d[-2] if len(d) >= 2 else None\n",
-                       "def second_largest(values):\n    return None\n"),
-}
-K = 4
-# (entry point, turn) -> the samples whose answer passes every test
-CORRECT = {("rotate_left", 1): {0, 1}, ("rotate_left", 2): {0, 1, 2, 3}, ("second_largest", 1): set(), ("second_largest", 2): {0}}
-
-
-def answer(agent, prompt, occurrence):
-    if agent == 0:
-        return AUX
-    entry = next(name for name in SOLUTIONS if name in prompt)
-    turn = 2 if "Revise your" in prompt else 1
-    right, wrong = SOLUTIONS[entry]
-    return right if occurrence % K in CORRECT[(entry, turn)] else wrong
-
+from tests.helpers.scripted_generation import AUX, K, answer, needs_bwrap, script_team
 
 @pytest.fixture
 def code_team(tiny_paths):
