@@ -105,8 +105,9 @@ def run_eval(args: argparse.Namespace) -> int:
     output_dir = args.output_dir or os.path.join("runs", f"eval_{plan.environment}_{split_label(args)}")
     check_output_dir(output_dir, args.overwrite)
     check_team(team, plan)
-    sources, tokenizers, names = team_tokenizers(team, plan)
-    env, items, data_record = evaluation_items(args, plan, tokenizers, settings)
+    env, items, data_record = evaluation_items(args, plan, settings)
+    sources, tokenizers, names = team_tokenizers(team, plan)  # "default" is built here on first use, after every data check
+    env = with_chat_templates(env, plan, tokenizers, items)
     started = time.perf_counter()
     trainer = build_trainer(plan, env, tokenizers, names, args.seed)  # the models load here
     try:
@@ -293,15 +294,12 @@ def team_tokenizers(team, plan) -> Tuple[List[str], List[Any], Dict[str, Any]]:
 # ----------------------------------------------------------------------------- rows, trainer, record
 
 
-def evaluation_items(args: argparse.Namespace, plan, tokenizers: List[Any], settings) -> Tuple[Any, List[Any], Dict[str, Any]]:
+def evaluation_items(args: argparse.Namespace, plan, settings) -> Tuple[Any, List[Any], Dict[str, Any]]:
     """The environment and the rows to evaluate, checked before any model loads."""
     from comlrl.cli.eval_data import check_rows, load_split, read_dataset
     from comlrl.envs import get_environment
 
-    options = {key: value for key, value in plan.environment_options.items() if key != "tokenizer"}
-    if options.get("use_chat_template"):
-        options["tokenizer"] = list(tokenizers)
-    env = get_environment(plan.environment, **options)
+    env = get_environment(plan.environment, **{key: value for key, value in plan.environment_options.items() if key != "tokenizer"})
     if args.dataset:
         items, record = read_dataset(args.dataset)
     else:
@@ -311,6 +309,20 @@ def evaluation_items(args: argparse.Namespace, plan, tokenizers: List[Any], sett
         items = items[: args.num_samples]
     check_rows(env, items, args, plan, settings)
     return env, items, {**record, "rows": len(items)}
+
+
+def with_chat_templates(env, plan, tokenizers: List[Any], items: List[Any]):
+    """The environment again with the agents' tokenizers when its prompts use their chat templates
+    (Minecraft's ``use_chat_template``, on by default), else ``env``."""
+    from comlrl.envs import get_environment
+
+    if not getattr(env.options, "use_chat_template", False):
+        return env
+    options = {key: value for key, value in plan.environment_options.items() if key != "tokenizer"}
+    templated = get_environment(plan.environment, **options, tokenizer=list(tokenizers))
+    templated.rows.add(items)  # the transitions find a prompt's row here
+    templated.data_sources = dict(env.data_sources)
+    return templated
 
 
 def build_trainer(plan, env, tokenizers: List[Any], names: Dict[str, Any], seed: int):
@@ -324,7 +336,7 @@ def build_trainer(plan, env, tokenizers: List[Any], names: Dict[str, Any], seed:
     if plan.reward_processor is not None:
         processor = RewardProcessors.compose([RewardProcessors.scale(plan.reward_processor["scale_factor"]),
                                               RewardProcessors.shift(plan.reward_processor["shift"])])
-    tokenizer = list(tokenizers) if plan.environment_options.get("use_chat_template") else None
+    tokenizer = list(tokenizers) if getattr(env.options, "use_chat_template", False) else None  # the ones the prompts were rendered with
     parts = TrainerParts(env, names, tokenizer, None, None, processor, None, NO_HOOKS)
     return plan.algorithm.trainer_class()(**plan.algorithm.trainer_kwargs(plan, parts))
 

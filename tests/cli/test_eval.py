@@ -42,7 +42,8 @@ def saved_run(tiny_paths, tmp_path):
     run = tmp_path / "run"
     for i in range(2):
         shutil.copytree(tiny_paths["llama"], run / f"agent_{i}")
-    config = {"environment": "tldr", "agent_model": {"name": "default"}, "magrpo": {"num_turns": 1, "num_agents": 2, "max_new_tokens": 8}}
+    config = {"environment": "tldr", "agent_model": {"name": "default", "top_p": 0.8},
+              "magrpo": {"num_turns": 1, "num_agents": 2, "max_new_tokens": 8, "temperature": 0.9}}
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     return run
 
@@ -111,7 +112,8 @@ def test_a_user_dataset_and_sampled_episodes(saved_run, tmp_path):
                     "--temperature", "1.0", "--seed", "5", "--output-dir", str(out), *QUIET) == 0
     record = json.loads((out / "eval.json").read_text())
     assert record["data"] == {"source": str(data), "rows": 3}
-    assert (record["settings"]["decoding"], record["settings"]["samples_per_item"], record["settings"]["temperature"]) == ("sampled", 2, 1.0)
+    s = record["settings"]  # the flag's temperature, the run config's top_p (its agent_model section)
+    assert (s["decoding"], s["samples_per_item"], s["temperature"], s["top_p"], s["max_new_tokens"]) == ("sampled", 2, 1.0, 0.8, 4)
     assert "eval/turn_1/best_of_2/reward_mean" in record["metrics"]
     rows = read_jsonl(out / "eval_rows.jsonl")
     assert [(r["item"], r["sample"]) for r in rows] == [(i, s) for i in range(3) for s in range(2)]
@@ -134,7 +136,9 @@ def test_pass_at_k_through_the_cli_on_two_turns_of_humaneval(tiny_paths, tmp_pat
     llama = tiny_paths["llama"]
     assert evaluate("--agents", llama, llama, "--config", "magrpo_he_config.yaml", "--env-option", "isolation=bwrap",
                     "--sample", "4", "--pass-k", "1,2", "--seed", "3", "--output-dir", str(out), *QUIET) == 0
-    m = json.loads((out / "eval.json").read_text())["metrics"]
+    record = json.loads((out / "eval.json").read_text())
+    assert record["settings"]["environment_options"]["isolation"] == "bwrap" and record["settings"]["num_turns"] == 2
+    m = record["metrics"]
     # the numbers worked out in tests/trainers/test_evaluation_engine.py (rotate_left c=2 then 4, second_largest c=0 then 1)
     assert m["eval/turn_1/pass@1"] == pytest.approx(0.25) and m["eval/turn_1/pass@2"] == pytest.approx(5 / 12)
     assert m["eval/turn_2/pass@1"] == pytest.approx(0.625) and m["eval/turn_2/pass@2"] == pytest.approx(0.75)
@@ -237,6 +241,9 @@ def test_data_and_decoding_refusals(saved_run, tmp_path, capsys, no_model_loads)
     assert "pass@k needs 1 <= k <= the samples per item (2); use --sample 5" in refused(capsys, "--agents", run, "--sample", "2",
                                                                                        "--pass-k", "1,5", *QUIET)
     assert "--num-turns 2: num_turns=2: the writing tasks are single-turn" in refused(capsys, "--agents", run, "--num-turns", "2", *QUIET)
+    err = refused(capsys, "--agents", run, "--env-option", "externl_mode=plain", *QUIET)
+    assert "Unknown option(s) for environment 'tldr': 'externl_mode'" in err
+    assert "--env-option 'num_turns=2': num_turns comes from --num-turns" in refused(capsys, "--agents", run, "--env-option", "num_turns=2", *QUIET)
     with pytest.raises(SystemExit) as exit_info:
         evaluate("--agents", run, "--split", "test", *QUIET)
     assert exit_info.value.code == 2 and "invalid choice: 'test'" in capsys.readouterr().err

@@ -124,3 +124,16 @@ def test_actor_critic_report_samples_and_keeps_its_own_metrics(tiny_paths, promp
         assert set(trainer.evaluate(num_eval_samples=2)) == {"eval/turn_1/reward_mean", "eval/turn_1/expected_return"}
     finally:
         trainer.close()
+
+
+def test_training_evaluate_is_the_engines_greedy_report_and_a_bar_counts_items(tiny_paths, prompts_dataset, capsys):
+    trainer = make_magrpo(tiny_paths, prompts_dataset, eval_batch_size=2, eval_num_samples=3)
+    try:
+        logged = trainer.evaluate()
+        assert logged == trainer.evaluation.report(list(prompts_dataset)[:3]).metrics  # evaluate() is report() with TRAINING
+        assert trainer.log_history[-1] == {"env_step": 0, **logged}
+        capsys.readouterr()
+        trainer.evaluation.report(list(prompts_dataset)[:3], EvalSettings(progress=True))
+        assert "evaluation: 3/3 items in" in capsys.readouterr().err  # off a terminal: one line when done
+    finally:
+        trainer.close()
