@@ -197,7 +197,7 @@ def check_tokenizers(sources: Sequence[str], tokenizers: Sequence[Any], argument
 
     for slot, (source, tokenizer) in enumerate(zip(sources, tokenizers)):
         try:
-            config = AutoConfig.from_pretrained(source)
+            config = AutoConfig.from_pretrained(config_source(source))
         except (OSError, ValueError) as error:
             raise ValueError(f"{argument}: could not read the model config of agent {slot} ({source!r}): {error}") from None
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -206,6 +206,20 @@ def check_tokenizers(sources: Sequence[str], tokenizers: Sequence[Any], argument
             raise ValueError(f"{argument}: agent {slot}'s tokenizer ({source}) has {len(tokenizer)} tokens but its model's embedding has "
                              f"{vocab} rows (vocab_size); ids from {vocab} on would index past it. The tokenizer is not this model's: "
                              f"put the tokenizer the model was trained with beside it (save_model writes both).")
+
+
+def config_source(source: str) -> str:
+    """Where a model's config is: the folder itself, or for a LoRA adapter folder (``save_model`` of a
+    LoRA agent) the base model its ``adapter_config.json`` names."""
+    import json
+
+    adapter = os.path.join(source, "adapter_config.json")
+    if os.path.isdir(source) and not os.path.isfile(os.path.join(source, "config.json")) and os.path.isfile(adapter):
+        with open(adapter, encoding="utf-8") as handle:
+            base = json.load(handle).get("base_model_name_or_path")
+        if isinstance(base, str) and base:
+            return base
+    return source
 
 
 def check_checkpoint_tokenizers(manifest: Dict[str, Any], tokenizers: Sequence[Any], sources: Sequence[str]) -> None:

@@ -123,6 +123,25 @@ def test_a_user_dataset_and_sampled_episodes(saved_run, tmp_path):
     assert [r["completions"] for r in read_jsonl(again / "eval_rows.jsonl")] == [r["completions"] for r in rows]  # seeded, any batch
 
 
+def test_lora_adapter_folders_evaluate_on_their_base(tiny_paths, tmp_path):
+    from peft import LoraConfig
+
+    from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
+
+    llama = tiny_paths["llama"]
+    trainer = MAGRPOTrainer(agents=[llama, llama], reward_func=length_ratio, args=MAGRPOConfig(num_turns=1, verbose=False),
+                            peft_config=LoraConfig(r=2, target_modules=["q_proj", "v_proj"]))
+    try:
+        trainer.save_model(str(tmp_path / "saved"))  # adapter folders: no config.json, the base named in adapter_config.json
+    finally:
+        trainer.close()
+    out = tmp_path / "eval"
+    assert evaluate("--agents", str(tmp_path / "saved"), "--env", "tldr", "--num-samples", "2", "--output-dir", str(out), *QUIET) == 0
+    models = json.loads((out / "eval.json").read_text())["models"]
+    assert set(models[0]["files"]) == {"adapter_model.safetensors"}
+    assert len(read_jsonl(out / "eval_rows.jsonl")) == 2
+
+
 # ----------------------------------------------------------------------------- pass@k, several turns
 
 
