@@ -1,7 +1,8 @@
-"""The ``comlrl`` command line: ``comlrl train``, ``comlrl configs``, ``comlrl demo``, ``comlrl plot`` and ``comlrl estimate``.
+"""The ``comlrl`` command line: ``comlrl train``, ``comlrl eval``, ``comlrl configs``, ``comlrl demo``, ``comlrl plot``
+and ``comlrl estimate``.
 
 Each subcommand is one ``add_*_parser`` function plus one ``run_*`` function, registered in
-``COMMANDS`` (``train`` and ``configs`` live in ``comlrl.cli.train``).
+``COMMANDS`` (``train`` and ``configs`` live in ``comlrl.cli.train``, ``eval`` in ``comlrl.cli.eval``).
 Errors a user can fix (a bad flag value, a missing file, an output that would be overwritten) are
 printed as one line with exit status 2, before any model is loaded where possible.
 """
@@ -113,6 +114,18 @@ def run_configs(args: argparse.Namespace) -> int:
     from comlrl.cli.train import run_configs as run
 
     return run(args)
+def add_eval_parser(subparsers) -> argparse.ArgumentParser:
+    from comlrl.cli.eval import add_eval_parser as add
+
+    return add(subparsers)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from comlrl.cli.eval import run_eval as run
+
+    return run(args)
+
+
 def add_estimate_parser(subparsers) -> argparse.ArgumentParser:
     from comlrl.cli.memory import ESTIMATOR_MODELS  # stdlib only: building the parser imports no trainer
 
@@ -255,6 +268,7 @@ def _estimate_config(args: argparse.Namespace, count: int):
 # name -> (add the subparser, run it)
 COMMANDS: Dict[str, Tuple[Callable, Callable[[argparse.Namespace], int]]] = {
     "train": (add_train_parser, run_train),
+    "eval": (add_eval_parser, run_eval),
     "configs": (add_configs_parser, run_configs),
     "demo": (add_demo_parser, run_demo),
     "plot": (add_plot_parser, run_plot),

@@ -29,7 +29,6 @@ so tests and tools can read the figure back.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -79,18 +78,13 @@ def resolve_metrics_path(source: str) -> str:
 
 def read_metrics(path: str) -> List[Dict[str, object]]:
     """Every row of a metrics JSONL file; a malformed line raises a ValueError naming it."""
+    from comlrl.cli.jsonl import json_lines
+
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}, line {number}: not valid JSON ({error.msg}).") from None
-            if not isinstance(row, dict) or not isinstance(row.get("env_step"), (int, float)):
-                raise ValueError(f"{path}, line {number}: a metrics row must be a JSON object with a numeric 'env_step'.")
-            rows.append(row)
+    for number, row in json_lines(path, path):
+        if not isinstance(row, dict) or not isinstance(row.get("env_step"), (int, float)):
+            raise ValueError(f"{path}, line {number}: a metrics row must be a JSON object with a numeric 'env_step'.")
+        rows.append(row)
     return rows
 
 

@@ -66,13 +66,29 @@ class EvalRows:
     def _record(self, index: int, item: Any, turn: int, joint: List[str]) -> Dict[str, float]:
         details = self.details(*[[text] for text in joint], batch_items=[item])[0]
         if self.path:
-            row = {"env_step": self._step(), "item": index, "turn": turn + 1, "completions": joint, "details": details}
-            if isinstance(item, Mapping) and item.get("task_id") is not None:
-                row["task_id"] = item["task_id"]
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            with open(self.path, "a", encoding="utf-8") as handle:
-                handle.write(json.dumps(row) + "\n")
+            append_rows(self.path, [eval_row(self._step(), index, item, turn, joint, details)])
         return details
+
+
+def eval_row(env_step: int, index: int, item: Any, turn: int, completions: Sequence[str], details: Any,
+             sample: Optional[int] = None) -> Dict[str, Any]:
+    """One row: ``turn`` is 0-based here and 1-based in the row; ``sample`` (the episode's number
+    among an item's samples) only when an evaluation samples several."""
+    row: Dict[str, Any] = {"env_step": env_step, "item": index}
+    if sample is not None:
+        row["sample"] = sample
+    row.update(turn=turn + 1, completions=list(completions), details=details)
+    if isinstance(item, Mapping) and item.get("task_id") is not None:
+        row["task_id"] = item["task_id"]
+    return row
+
+
+def append_rows(path: str, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append ``rows`` to the JSON-lines file ``path`` (its folder made when missing)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
 
 
 def mean_numbers(rows: Sequence[Mapping[str, Any]]) -> Dict[str, float]:

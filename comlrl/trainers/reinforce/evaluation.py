@@ -1,16 +1,20 @@
-"""Evaluation of the MAGRPO family, MADPO and MARLHF's group backends: one greedy response per agent
-per turn on the eval items, scored with the task reward (``GroupEvaluation``)."""
+"""Evaluation of the MAGRPO family, MADPO and MARLHF's group backends (``GroupEvaluation``): episodes
+of one response per agent per turn on the eval items, scored with the task reward, through the
+evaluation engine (``comlrl.trainers.evaluation``). ``evaluate`` is training's greedy evaluation;
+``report`` takes any ``EvalSettings`` (``comlrl eval``)."""
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from comlrl.rollout.rewards import RewardFunction
+from comlrl.trainers.eval_metrics import extra_metrics
+from comlrl.trainers.evaluation import TRAINING, DetailsFn, EvalReport, EvalSettings, Episode, run_episodes, turn_metrics
 from comlrl.trainers.run import Run, evaluation_items
 
 
 class GroupEvaluation:
-    """Greedy evaluation over the eval dataset (``reward``: the task reward; ``hooks``: the object whose
+    """Evaluation over the eval dataset (``reward``: the task reward; ``hooks``: the object whose
     ``eval_logger`` / ``eval_aggregator`` attributes, CoMLRL 1.4.x's per-item logger and its
     aggregation, are read at each evaluation: the trainer, whose user may set them at any time)."""
 
@@ -26,43 +30,40 @@ class GroupEvaluation:
         ``eval_aggregator``); an empty dict without an eval dataset or with 0 samples.
         """
         run = self.run
-        args = run.args
-        items = evaluation_items(args, run.task.eval_dataset, num_eval_samples)
+        items = evaluation_items(run.args, run.task.eval_dataset, num_eval_samples)
         if not items:
             return {}
-        tree = run.tree(reward=self.reward, num_generations=1, joint_mode=args.joint_mode, greedy=True,
-                        early_termination_threshold=None, reference_kl=False)
-        num_agents = run.team.num_agents
-        rewards: Dict[int, List[float]] = {}
-        returns: Dict[int, List[float]] = {}
-        completions = [[[] for _ in items] for _ in range(num_agents)]  # [agent][item][turn]
-        for start in range(0, len(items), args.eval_batch_size):
-            result = tree.run(items[start : start + args.eval_batch_size])
-            for root in result.roots:
-                node = root
-                while node is not None:
-                    rewards.setdefault(node.turn, []).append(float(node.rewards[0]))
-                    returns.setdefault(node.turn, []).append(float(node.returns[0]))
-                    for agent in range(num_agents):
-                        completions[agent][start + root.item_index].append(tree.texts(node, agent)[0])
-                    node = node.children.get(0)
-        metrics: Dict[str, float] = {}
-        for turn in sorted(rewards):
-            metrics[f"eval/turn_{turn + 1}/reward_mean"] = sum(rewards[turn]) / len(rewards[turn])
-            metrics[f"eval/turn_{turn + 1}/expected_return"] = sum(returns[turn]) / len(returns[turn])
-        metrics.update(self._aggregated(completions, items))
+        metrics = self.report(items).metrics
         run.metrics.write(metrics, run.state.env_step)
         return metrics
 
-    def _aggregated(self, completions: List[List[List[str]]], items: List[Any]) -> Dict[str, float]:
-        """``eval_aggregator(eval_logger(...))`` as ``eval/<key>`` metrics (nothing without both)."""
-        logger = self.hooks.eval_logger if self.hooks is not None else None
-        aggregator = self.hooks.eval_aggregator if self.hooks is not None else None
-        if logger is None or aggregator is None:
+    def report(self, items: Sequence[Any], settings: EvalSettings = TRAINING, details: Optional[DetailsFn] = None) -> EvalReport:
+        """The episodes of ``items`` as ``settings`` asks and their metrics (nothing is logged)."""
+        run, args = self.run, self.run.args
+
+        def make_tree(greedy: bool):
+            return run.tree(reward=self.reward, num_generations=1, joint_mode=args.joint_mode, greedy=greedy,
+                            early_termination_threshold=None, reference_kl=False)
+
+        episodes = run_episodes(make_tree, items, settings, args.eval_batch_size, details=details)
+        metrics = {f"eval/{key}": value for key, value in turn_metrics(episodes).items()}
+        metrics.update(self._aggregated(episodes))
+        metrics.update({f"eval/{key}": value for key, value in extra_metrics(episodes, settings).items()})
+        return EvalReport(episodes, metrics)
+
+    def _aggregated(self, episodes: List[Episode]) -> Dict[str, float]:
+        """``eval_aggregator(eval_logger(...))`` as ``eval/<key>`` metrics (nothing without both); the
+        logger sees ``[agent][episode][turn]`` completions, one episode per item unless sampled."""
+        eval_logger = getattr(self.hooks, "eval_logger", None)
+        eval_aggregator = getattr(self.hooks, "eval_aggregator", None)
+        if eval_logger is None or eval_aggregator is None:
             return {}
-        per_item = logger(
+        num_agents = self.run.team.num_agents
+        completions = [[[turn.completions[agent] for turn in episode.turns] for episode in episodes] for agent in range(num_agents)]
+        items = [episode.item for episode in episodes]
+        per_item = eval_logger(
             agent_completions_turns=completions, batch_items=items,
             prompts=[item.get("prompt", "") if hasattr(item, "get") else "" for item in items],
         )
-        aggregated = aggregator(per_item, num_turns=self.run.args.num_turns)
+        aggregated = eval_aggregator(per_item, num_turns=self.run.args.num_turns)
         return {key if key.startswith("eval/") else f"eval/{key}": float(value) for key, value in (aggregated or {}).items()}
