@@ -215,7 +215,8 @@ class CheckpointStore:
                                   f"{layout.OWNER_FILENAME} saying which owns it; resume one with an explicit checkpoint path.")
         owner = owner or (runs[0] if runs else None)
         skipped = []
-        for entry in reversed(entries):  # highest sequence first; unreadable entries last
+        # the unreadable ones first (their age is unknown), then the others from the highest sequence down
+        for entry in [e for e in entries if e.run_id is None] + [e for e in reversed(entries) if e.run_id is not None]:
             plan, reason = self._usable(entry, owner, directory)
             if plan is not None:
                 self.log(f"comlrl: resuming from {entry.path} (run {owner}, checkpoint {entry.sequence})")
