@@ -108,6 +108,7 @@ def plan_for(args: argparse.Namespace):
                        ("time_limit", time_limit), ("requeue_exit_code", args.requeue_exit_code)):
         if value is not None:
             plan.checkpoint[key] = value
+    check_schedule(plan)
     return plan
 
 
@@ -173,13 +174,9 @@ CHECKPOINT_FLAGS = {"checkpoint_interval": "--checkpoint-interval (checkpoint.in
                     "checkpoint_dir": "--checkpoint-dir (checkpoint.dir)", "resume_from_checkpoint": "--resume (checkpoint.resume)"}
 
 
-def check_checkpoint_settings(plan) -> None:
-    """``train()``'s checkpoint arguments as the flags name them; the checkpoint to resume read (its
-    manifest only) and matched to this run's algorithm."""
-    from comlrl.checkpoint import layout
-    from comlrl.checkpoint.files import CheckpointError
+def check_schedule(plan) -> None:
+    """``train()``'s checkpoint arguments (``CheckpointSchedule``), their errors named as the flags."""
     from comlrl.checkpoint.schedule import CheckpointSchedule
-    from comlrl.models.saving import check_folder_path
 
     ck = plan.checkpoint
     try:
@@ -192,6 +189,16 @@ def check_checkpoint_settings(plan) -> None:
         for name, flag in CHECKPOINT_FLAGS.items():
             message = message.replace(f"{name}=", f"{flag}=").replace(f"{name} ", f"{flag} ")
         raise ValueError(message) from None
+
+
+def check_checkpoint_settings(plan) -> None:
+    """The checkpoint folder's path; the checkpoint to resume read (its manifest only) and matched to
+    this run's algorithm (``check_schedule`` checked the other arguments when the plan was made)."""
+    from comlrl.checkpoint import layout
+    from comlrl.checkpoint.files import CheckpointError
+    from comlrl.models.saving import check_folder_path
+
+    ck = plan.checkpoint
     if ck["dir"] is not None:
         check_folder_path(ck["dir"], "--checkpoint-dir (checkpoint.dir)")
     resume = ck["resume"]
