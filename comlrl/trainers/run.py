@@ -2,15 +2,20 @@
 
 ``Run.train`` validates the run (generation settings, data-parallel split, checkpoint source),
 claims the metrics log, starts the run record and then runs the trainer's ``body`` (by default
-``run_epochs``) with SIGTERM / SIGINT handling; ``run_epochs`` is the epoch loop every step shares:
+``run_epochs``) with signal handling (``checkpoint.interrupt``); ``run_epochs`` is the epoch loop
+every step shares:
 
     for every epoch:                      (from the checkpointed position)
         for every step of items:          (the step's chunks of the epoch)
             evaluate when due             (the step says when)
             step.train_step(items)        (this process's share of them)
-            log, progress, checkpoint when due
+            log, progress, checkpoint when due; stop when preempted
         step.flush()                      (update on what the buffers still hold)
-        log the epoch's means, checkpoint when due
+        log the epoch's means, checkpoint when due; stop when preempted
+
+A preempted run (SIGUSR1 / SIGTERM noted, or the soft deadline: ``CheckpointStore.boundary``) ends
+with ``TrainingPreempted`` after its checkpoint; the job log gets one line saying why, where and how
+to continue.
 
 The run owns the reporting (``Reporting``), the progress cursor (``TrainingState``) and the
 checkpoints (``CheckpointStore`` over ``RunCheckpoints``).

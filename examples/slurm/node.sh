@@ -55,7 +55,8 @@ if [ -z "${COMLRL_RDZV_ENDPOINT:-}" ]; then
     echo "node.sh: COMLRL_RDZV_ENDPOINT (host:port of the first node) is needed for ${nnodes} node(s) x ${nproc} process(es)" >&2
     exit 2
 fi
-# torchrun forwards SIGTERM to the training processes and waits this long before SIGKILL (torch >= 2.9)
+# torchrun forwards SIGTERM to the training processes and waits this long before SIGKILL (torch releases
+# whose torchrun has --shutdown-timeout; older ones wait 30 s)
 export TORCH_ELASTIC_SHUTDOWN_TIMEOUT="${TORCH_ELASTIC_SHUTDOWN_TIMEOUT:-120}"
 exec "$python" -m torch.distributed.run --nnodes="$nnodes" --nproc_per_node="$nproc" \
     --rdzv_id="comlrl-${SLURM_JOB_ID:-local}-${SLURM_RESTART_COUNT:-0}" --rdzv_backend=c10d \

@@ -8,7 +8,7 @@ import os
 import shutil
 
 import pytest
-from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
+from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_magrpo, run_summary, seed_everything
 from tests.helpers.common import length_ratio
 
 from comlrl.checkpoint.files import CheckpointError
@@ -50,20 +50,6 @@ TIMED_CASES = [
     (dict(checkpoint_every_s=60, checkpoint_steps=3),
      ["checkpoint-step-2", "checkpoint-step-3", "checkpoint-1", "checkpoint-step-6", "checkpoint-step-8", "checkpoint-2"]),
 ]
-
-
-@pytest.fixture(scope="module")
-def dataset():
-    return make_dataset(4)
-
-
-@pytest.fixture(scope="module")
-def straight(tiny_paths, dataset):
-    """The uninterrupted run (2 epochs of 4 steps, no checkpoints)."""
-    seed_everything(0)
-    trainer = make_magrpo(tiny_paths, dataset)
-    trainer.train()
-    return run_summary(trainer)
 
 
 def clocked(tiny_paths, dataset, **overrides):

@@ -6,25 +6,11 @@ import random
 
 import pytest
 import torch
-from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
+from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_magrpo, run_summary, seed_everything
 
 from comlrl.trainers.reinforce import MARLOOTrainer
 from comlrl.checkpoint.layout import read_checkpoint_metadata
 from comlrl.checkpoint.layout import latest_checkpoint
-
-
-@pytest.fixture(scope="module")
-def dataset():
-    return make_dataset(4)
-
-
-@pytest.fixture(scope="module")
-def straight(tiny_paths, dataset):
-    """The uninterrupted run: 2 epochs of 4 steps, no checkpoints."""
-    seed_everything(0)
-    trainer = make_magrpo(tiny_paths, dataset)
-    trainer.train()
-    return run_summary(trainer)
 
 
 def test_checkpoints_do_not_change_the_run(tiny_paths, dataset, straight, tmp_path):

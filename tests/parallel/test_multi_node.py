@@ -63,7 +63,7 @@ def test_two_nodes_with_torchrun_train_the_same_team_as_one_process(chat_models,
     assert main(["train", "--config", "magrpo_tldr_config.yaml", "--output-dir", str(single_dir), *workload(model)]) == 0
     rows, single_rows = read_jsonl(run_dir / "metrics.jsonl"), read_jsonl(single_dir / "metrics.jsonl")
     assert [r["env_step"] for r in rows] == [r["env_step"] for r in single_rows]  # rank 0 alone logged, once per step
-    assert_same_team(run_dir, single_dir, model)
+    assert_same_team(run_dir, single_dir)
     for agent in ("agent_0", "agent_1"):
         single, initial = jobs.saved_tensors(str(single_dir / agent)), jobs.saved_tensors(model)
         assert any(not torch.equal(single[name], initial[name]) for name in single if name in initial), "nothing trained"
@@ -71,7 +71,7 @@ def test_two_nodes_with_torchrun_train_the_same_team_as_one_process(chat_models,
     assert summary["status"] == "completed" and summary["progress"]["global_step"] == 2
 
 
-def assert_same_team(run_dir, single_dir, model):
+def assert_same_team(run_dir, single_dir):
     for agent in ("agent_0", "agent_1"):
         double, single = jobs.saved_tensors(str(run_dir / agent)), jobs.saved_tensors(str(single_dir / agent))
         assert double.keys() == single.keys()
@@ -112,4 +112,4 @@ def test_a_signal_on_one_node_stops_both_at_the_same_step_and_the_requeued_job_f
     assert json.loads((run_dir / "run_summary.json").read_text())["attempt"] == 2
     single_dir = tmp_path / "single"
     assert main(["train", "--config", "magrpo_tldr_config.yaml", "--output-dir", str(single_dir), *workload(model, epochs=2)]) == 0
-    assert_same_team(run_dir, single_dir, model)
+    assert_same_team(run_dir, single_dir)
