@@ -25,7 +25,8 @@ import signal
 import threading
 from typing import Any, Dict, Optional
 
-PREEMPTING_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+# (Windows has no SIGUSR1)
+PREEMPTING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") if hasattr(signal, name))
 
 
 class TrainingInterrupted(KeyboardInterrupt):

@@ -408,7 +408,9 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print, da
         finally:
             trainer.close()
     except BaseException as error:
-        preempted = isinstance(error, SystemExit)  # TrainingPreempted: checkpointed, to be continued
+        from comlrl.checkpoint.interrupt import TrainingPreempted
+
+        preempted = isinstance(error, TrainingPreempted)  # checkpointed, to be continued: its files stay
         if main_process and not preempted and not (os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0):
             remove_new_run_files(plan.run_dir, written)
         raise

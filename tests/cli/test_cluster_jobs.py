@@ -29,7 +29,8 @@ def tiny_run(model, *, epochs=2, items=4):
     return ["--import", "tests.helpers.preemption_probe", "--override", "environment=tldr_probe", f"agent_model.name={model}",
             "seed=7", "dataset.offline=true", f"dataset.num_train_items={items}", "dataset.num_eval_items=1",
             f"magrpo.num_train_epochs={epochs}", "magrpo.max_new_tokens=6", "magrpo.eval_interval=0", "magrpo.logging_steps=1",
-            "magrpo.num_generations=2", "magrpo.agent_learning_rate=1e-3", "output.verbose=false"]
+            "magrpo.num_generations=2", "magrpo.agent_learning_rate=1e-3",
+            "magrpo.weight_decay=0", "output.verbose=false"]  # no weight decay: a weight that changed was trained
 
 
 # ----------------------------------------------------------------------------- the scripts themselves
@@ -135,7 +136,8 @@ def test_sigusr1_checkpoints_exits_85_and_the_requeued_job_finishes_bit_identica
     assert jobs.requeues(str(tmp_path)) == ["requeue 4242"]
     summary = json.loads((run_dir / "run_summary.json").read_text())
     checkpoint = str(run_dir / "checkpoints" / "checkpoint-step-3")
-    assert (summary["status"], summary["signal"], summary["exit_code"], summary["final_checkpoint"]) == ("preempted", "SIGUSR1", 85, checkpoint)
+    stopped = (summary["status"], summary["signal"], summary["exit_code"], summary["final_checkpoint"])
+    assert stopped == ("preempted", "SIGUSR1", 85, checkpoint)
     assert summary["progress"]["global_step"] == 3 and summary["scheduler"]["job_id"] == "4242"
     assert f"stopped the run after global step 3 (epoch 1, item 3); checkpoint {checkpoint}; exiting with code 85" in log
 

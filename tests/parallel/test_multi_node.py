@@ -30,7 +30,8 @@ def workload(model, epochs=1):
             "seed=11", "dataset.offline=true", "dataset.num_train_items=4", "dataset.num_eval_items=1", f"magrpo.num_train_epochs={epochs}",
             "magrpo.max_new_tokens=6", "magrpo.eval_interval=0", "magrpo.logging_steps=1", "magrpo.num_generations=2",
             "magrpo.rollout_buffer_size=2", "magrpo.train_batch_size=2", "magrpo.early_termination_threshold=null",
-            "magrpo.agent_learning_rate=2e-5", "output.verbose=false"]
+            "magrpo.agent_learning_rate=2e-5",
+            "magrpo.weight_decay=0", "output.verbose=false"]  # no weight decay: a weight that changed was trained
 
 
 @pytest.mark.slow
