@@ -7,7 +7,8 @@ that is taken (a run resumed from an older checkpoint reaches an epoch again) ge
 ..., so nothing is ever overwritten. A ``checkpoint_dir`` holds the checkpoints of one run: each
 manifest carries the run id and a ``sequence`` that only grows (which checkpoint is the latest), a
 new run refuses a directory that holds checkpoints, a resumed run refuses one that holds another
-run's, and pruning only ever removes this run's folders. Writes go to a hidden staging folder that
+run's, and pruning only ever removes this run's folders. ``run.json`` names the run that owns the
+directory (``resume_from_checkpoint="auto"`` continues that run). Writes go to a hidden staging folder that
 is renamed into place; a kill leaves at most a hidden leftover, which the same run removes later.
 """
 
@@ -20,14 +21,16 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-from comlrl.models.saving import make_temp_dir
-from comlrl.checkpoint.files import CheckpointError, fsync_dir, read_json
+from comlrl.models.saving import make_temp_dir, make_temp_file
+from comlrl.checkpoint.files import CheckpointError, fsync_dir, read_json, write_json
 
 CHECKPOINT_VERSION = 2  # CoMLRL 1.4.3 wrote version 1: one training_state.pt holding everything
 MANIFEST_FILENAME = "manifest.json"
 STATE_FILENAME = "training_state.pt"  # runtime state: progress, buffers, metrics, callbacks
 RNG_FILENAME = "rng_state.pt"
 FORMAT_NAME = "comlrl-checkpoint"
+OWNER_FILENAME = "run.json"  # in a checkpoint_dir: the run that owns it
+OWNER_FORMAT = "comlrl-checkpoint-dir"
 # checkpoint-<E>, checkpoint-step-<S> and the preference trainers' phase names (checkpoint-collected,
 # checkpoint-round-<R>-epoch-<E>, ...), each optionally with a .v<N> suffix
 # (other checkpoint-* names, e.g. a user's checkpoint-best, are not ours and are left alone)
@@ -217,15 +220,19 @@ def describe_foreign(entries: List[Entry]) -> str:
     return ", ".join(parts) + (" ..." if len(entries) > 3 else "")
 
 
-def check_directory(directory: str, run_id: str, resuming: bool) -> None:
+def check_directory(directory: str, run_id: str, resuming: bool, skip_foreign: bool = False) -> None:
     """Refuse a ``checkpoint_dir`` that holds checkpoints of another run (nothing is changed).
 
-    A new run needs a directory without ``checkpoint-*`` entries; a resumed run accepts only its own.
+    A new run needs a directory without ``checkpoint-*`` entries; a resumed run accepts only its own,
+    unless ``skip_foreign`` (``resume_from_checkpoint="auto"``, which has named every other entry and
+    why it is skipped: they are never read, pruned or overwritten).
     """
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise NotADirectoryError(f"checkpoint_dir {directory} exists and is not a directory; choose another path.")
     entries = list_entries(directory)
     foreign = [e for e in entries if e.run_id != run_id]
+    if foreign and resuming and skip_foreign:
+        return
     if foreign and not resuming:
         raise FileExistsError(
             f"checkpoint_dir {directory} already contains another run's checkpoints: {describe_foreign(foreign)}. "
@@ -240,9 +247,51 @@ def check_directory(directory: str, run_id: str, resuming: bool) -> None:
 
 
 def open_directory(directory: str, run_id: str) -> None:
-    """Create ``directory`` and remove this run's leftovers from a kill during a save."""
+    """Create ``directory``, record ``run_id`` as its owner and remove this run's leftovers from a
+    kill during a save."""
     os.makedirs(directory, exist_ok=True)
+    claim_directory(directory, run_id)
     remove_leftovers(directory, run_id)
+
+
+def read_owner(directory: str) -> Optional[str]:
+    """The run id ``run.json`` of ``directory`` names (None without a readable record)."""
+    path = os.path.join(directory, OWNER_FILENAME)
+    try:
+        record = read_json(path, "Checkpoint directory record")
+    except (OSError, CheckpointError):
+        return None
+    run_id = record.get("run_id") if isinstance(record, dict) and record.get("format") == OWNER_FORMAT else None
+    return run_id if isinstance(run_id, str) and _RUN_ID.match(run_id) else None
+
+
+def claim_directory(directory: str, run_id: str) -> None:
+    """Write ``run.json`` naming ``run_id`` (atomically). A record of another run is replaced only when
+    the directory holds no checkpoint of that run (it never saved one); ``check_directory`` has refused
+    every other case before."""
+    owner = read_owner(directory)
+    if owner == run_id:
+        return
+    if owner is not None and any(e.run_id == owner for e in list_entries(directory)):
+        raise FileExistsError(f"checkpoint_dir {directory} belongs to run {owner} ({OWNER_FILENAME}), which has checkpoints "
+                              f"there; this run is {run_id}. Use another checkpoint_dir.")
+    staging = make_temp_file(directory, f".{OWNER_FILENAME}.", ".tmp")
+    try:
+        write_json(staging, {"format": OWNER_FORMAT, "version": 1, "run_id": run_id})
+        os.replace(staging, os.path.join(directory, OWNER_FILENAME))
+    except BaseException:
+        if os.path.exists(staging):
+            os.remove(staging)
+        raise
+    fsync_dir(directory)
+
+
+def leftovers(directory: str) -> List[str]:
+    """The hidden folders unfinished saves left in ``directory`` (staging and discard folders of any run)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                  if name.startswith(".checkpoint-") and name.endswith((".staging", ".discard")))
 
 
 def next_sequence(directory: Optional[str], run_id: Optional[str], current: int) -> int:

@@ -7,6 +7,14 @@ docs/checkpoints.md. What a checkpoint holds is the store's ``owner``'s (``Check
 Loading validates everything (class, config, dataset, tokenizers, every component's structure,
 file integrity, decodability) before the trainer is changed at all. Saving captures the RNG state
 first and restores it afterwards, so a run with checkpoints draws the same numbers as one without.
+
+During ``train()`` the run calls ``boundary`` at every step boundary (``after_step``, a preference
+phase's ``commit``, an epoch end): there a checkpoint is written when one is due (every N steps, or
+``every_s`` seconds after the last save by the store's ``clock``), and the run is preempted
+(``TrainingPreempted``, after a checkpoint of that boundary) when a scheduler's signal was noted or
+the soft deadline is near: when the next step, taking as long as the longest interval between two
+boundaries so far, would end past ``stop_after_s``. Under torchrun every rank takes the same decision
+(rank 0's clock, any rank's signal).
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ from __future__ import annotations
 import abc
 import os
 import shutil
+import sys
+import time
 import uuid
 import warnings
-from typing import Any, Dict, Mapping, Optional, Protocol
+from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from comlrl.checkpoint import layout
 from comlrl.checkpoint.files import CheckpointError
@@ -29,9 +39,9 @@ from comlrl.checkpoint.folder import (  # noqa: F401  (write_checkpoint, LoadPla
     validate_components,
     write_checkpoint,
 )
-from comlrl.checkpoint.interrupt import Interruptible, TrainingInterrupted
+from comlrl.checkpoint.interrupt import PREEMPTING_SIGNALS, Interruptible, TrainingPreempted
+from comlrl.checkpoint.schedule import AUTO, CheckpointSchedule
 from comlrl.models.storage import writing
-from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.state import (
     CheckpointComponents,
     capture_rng_state,
@@ -72,6 +82,9 @@ class CheckpointOwner(Protocol):
 
     def barrier(self) -> None: ...
 
+    def agree(self, flags: Sequence[bool], main_only: Sequence[bool]) -> List[bool]:
+        """Per flag: whether it is set on any process (``main_only``: on the writer; the others' are ignored)."""
+
     def prepare(self, rng: Mapping[str, Any]) -> Optional[Mapping[int, Any]]:
         """Collect what every process contributes to the next checkpoint (collective); may return the
         full states of sharded models and optimizers (see ``write_checkpoint``)."""
@@ -96,14 +109,18 @@ class TrainingCheckpointMixin(abc.ABC):
 class CheckpointStore:
     """The checkpoints of one trainer (see the module docstring); ``owner`` says what they hold."""
 
-    def __init__(self, owner: CheckpointOwner):
+    def __init__(self, owner: CheckpointOwner, clock: Callable[[], float] = time.monotonic):
         self.owner = owner
+        self.clock = clock  # seconds, for every_s and stop_after_s (a test's own clock makes them deterministic)
+        self.log: Callable[[str], None] = _stderr_line  # the job log (the writer's lines only)
         self.run_id: Optional[str] = None
         self.sequence = 0
         self.schedule: Optional[CheckpointSchedule] = None
         self.active = False  # train() is running
         self.failure: Optional[str] = None  # where the last train() raised, if it did
         self.interrupt: Optional[Interruptible] = None  # the signal handling of a running train()
+        self.resumed_from: Optional[str] = None  # the checkpoint the running train() started from
+        self._times = _Times(0.0)
 
     # ------------------------------------------------------------------ public
     def save(self, output_dir: str) -> str:
@@ -135,10 +152,13 @@ class CheckpointStore:
     # ------------------------------------------------------------------ train() integration
     def begin(self, resume_from_checkpoint: Any, schedule: CheckpointSchedule) -> None:
         """At train() start: validate the resume source and ``checkpoint_dir``, then restore."""
-        source = self._source(resume_from_checkpoint, schedule)
-        plan = None
-        if source is not None:
-            plan = self._validate(source)
+        auto = isinstance(resume_from_checkpoint, str) and resume_from_checkpoint == AUTO
+        if auto:
+            plan = self._auto_plan(schedule.directory)
+        else:
+            source = self._source(resume_from_checkpoint, schedule)
+            plan = self._validate(source) if source is not None else None
+        if plan is not None:
             saved, now = plan.manifest["generation"], self.owner.checkpoint_identity()["generation"]
             if saved != now:
                 raise CheckpointError(
@@ -151,7 +171,7 @@ class CheckpointStore:
         if schedule.directory is not None:
             resuming = run_id is not None
             run_id = self.owner.share(run_id or uuid.uuid4().hex)
-            layout.check_directory(schedule.directory, run_id, resuming)
+            layout.check_directory(schedule.directory, run_id, resuming, skip_foreign=auto)
             if self.owner.is_writer():
                 layout.open_directory(schedule.directory, run_id)
             self.owner.barrier()
@@ -159,6 +179,8 @@ class CheckpointStore:
             self._apply(plan)
         self.run_id = run_id
         self.schedule = schedule
+        self.resumed_from = plan.folder if plan is not None else None
+        self._times = _Times(self.clock())
 
     @staticmethod
     def _source(resume_from_checkpoint: Any, schedule: CheckpointSchedule) -> Optional[str]:
@@ -171,29 +193,105 @@ class CheckpointStore:
             return source
         return layout.resolve_checkpoint(resume_from_checkpoint)
 
+    def _auto_plan(self, directory: str) -> Optional[LoadPlan]:
+        """``resume_from_checkpoint="auto"``: the writer chooses (``choose_auto``), every process loads its choice."""
+        plan = self.choose_auto(directory) if self.owner.is_writer() else None
+        path = self.owner.share(plan.folder if plan is not None else None)
+        if plan is None and path is not None:
+            plan = self._validate(path)
+        return plan
+
+    def choose_auto(self, directory: str) -> Optional[LoadPlan]:
+        """The newest checkpoint of the run that owns ``directory`` that passes every check of a resume,
+        validated; None (a fresh start) when the directory holds no checkpoint. Every other entry is
+        named in the log with the reason it is skipped; none usable is an error listing them all."""
+        for leftover in layout.leftovers(directory):
+            self.log(f"comlrl: ignoring {leftover}: an unfinished save (its run removes it)")
+        entries = layout.list_entries(directory)
+        if not entries:
+            self.log(f"comlrl: no checkpoint in {directory}: starting a new run")
+            return None
+        owner = layout.read_owner(directory)
+        runs = sorted({e.run_id for e in entries if e.run_id is not None})
+        if owner is None and len(runs) > 1:
+            raise CheckpointError(f"{directory} holds checkpoints of {len(runs)} runs ({', '.join(runs)}) and no "
+                                  f"{layout.OWNER_FILENAME} saying which owns it; resume one with an explicit checkpoint path.")
+        owner = owner or (runs[0] if runs else None)
+        skipped = []
+        # the unreadable ones first (their age is unknown), then the others from the highest sequence down
+        for entry in [e for e in entries if e.run_id is None] + [e for e in reversed(entries) if e.run_id is not None]:
+            plan, reason = self._usable(entry, owner, directory)
+            if plan is not None:
+                self.log(f"comlrl: resuming from {entry.path} (run {owner}, checkpoint {entry.sequence})")
+                return plan
+            skipped.append(f"{os.path.basename(entry.path)}: {reason}")
+            self.log(f"comlrl: skipping checkpoint {entry.path}: {reason}")
+        raise CheckpointError(
+            f"resume_from_checkpoint='auto': {directory} holds checkpoints but none this run can resume: {'; '.join(skipped)}. "
+            f"Resume one explicitly after fixing what is named, or start a new run in an empty checkpoint_dir."
+        )
+
+    def _usable(self, entry: layout.Entry, owner: Optional[str], directory: str) -> Tuple[Optional[LoadPlan], str]:
+        """``(plan, "")`` for a checkpoint this run can resume, else ``(None, why not)``."""
+        if entry.run_id is None:
+            try:
+                layout.read_manifest(entry.path)
+            except (CheckpointError, OSError) as error:
+                return None, f"torn or unreadable ({error})"
+            return None, "torn or unreadable"
+        if entry.run_id != owner:
+            return None, f"written by run {entry.run_id}, but {directory} belongs to run {owner}"
+        try:
+            return self._validate(entry.path), ""
+        except (CheckpointError, OSError) as error:
+            return None, str(error)
+
     @property
     def saving(self) -> bool:
         """Whether the running train() writes checkpoints (it has a checkpoint_dir)."""
         return self.schedule is not None and self.schedule.directory is not None
 
     def after_step(self, global_step: int) -> None:
-        """A step checkpoint when one is due; on a deferred SIGTERM, a checkpoint of this step, then stop."""
+        """A step checkpoint when one is due (every N steps, or ``every_s`` seconds after the last save);
+        on a noted signal or at the deadline, a checkpoint of this step, then ``TrainingPreempted``."""
         schedule = self.schedule
         saved = None
         if schedule is not None and schedule.due_after_step(global_step):
             saved = self.save_to_directory(layout.step_checkpoint_name(global_step))
-        interrupt = self.interrupt
-        if interrupt is not None and interrupt.pending is not None:  # SIGTERM during this step: save it, then stop
-            if saved is None and self.saving:
-                saved = self.save_to_directory(layout.step_checkpoint_name(global_step))
-            raise TrainingInterrupted(interrupt.pending, saved)
+        self.boundary(layout.step_checkpoint_name(global_step), saved)
+
+    def boundary(self, name: str, saved: Optional[str]) -> Optional[str]:
+        """A point where the run may save (into folder ``name``) and stop; ``saved``: the checkpoint
+        just written here, if any. Returns the checkpoint of this boundary (None: none written)."""
+        if not self.saving:
+            return saved
+        schedule, times, now = self.schedule, self._times, self.clock()
+        times.longest_step = max(times.longest_step, now - times.last_boundary)
+        times.last_boundary = now
+        time_due = schedule.every_s is not None and saved is None and now - times.last_save >= schedule.every_s
+        deadline = schedule.stop_after_s is not None and now - times.started + times.longest_step >= schedule.stop_after_s
+        pending = self.interrupt.pending if self.interrupt is not None else None
+        signals = [pending == s.name for s in PREEMPTING_SIGNALS]
+        time_due, deadline, *signals = self.owner.agree([time_due, deadline, *signals], [True, True] + [False] * len(signals))
+        stop = next((s.name for s, noted in zip(PREEMPTING_SIGNALS, signals) if noted), "time limit" if deadline else None)
+        if saved is None and (time_due or stop):
+            saved = self.save_to_directory(name)
+        if stop:
+            raise TrainingPreempted(stop, saved, schedule.requeue_exit_code)
+        return saved
+
+    def stop_notice(self, schedule: CheckpointSchedule) -> str:
+        """What the job log says when a preempting signal is noted."""
+        return (f"finishing this step, then checkpointing into {schedule.directory} and exiting with code "
+                f"{schedule.requeue_exit_code} (resume with resume_from_checkpoint='auto' / --resume auto)")
 
     def due_after_epoch(self, epoch: int, final: bool) -> bool:
         return self.schedule is not None and self.schedule.due_after_epoch(epoch, final)
 
     def commit(self, name: str) -> Optional[str]:
-        """A checkpoint into folder ``name`` of the running train()'s checkpoint_dir (None when it has none)."""
-        return self.save_to_directory(name) if self.saving else None
+        """A checkpoint into folder ``name`` of the running train()'s checkpoint_dir (None when it has none);
+        a boundary where the run may stop."""
+        return self.boundary(name, self.save_to_directory(name)) if self.saving else None
 
     def save_to_directory(self, name: str) -> str:
         directory = self.schedule.directory
@@ -236,6 +334,7 @@ class CheckpointStore:
             restore_rng_state(rng)
             owner.barrier()
             self.sequence = sequence
+            self._times.last_save = self.clock()
             return target
         parent = os.path.dirname(target)
         staging = layout.staging_folder(parent, sequence, self.run_id)
@@ -251,6 +350,7 @@ class CheckpointStore:
             restore_rng_state(rng)
         owner.barrier()
         self.sequence = sequence
+        self._times.last_save = self.clock()
         return target
 
     def _validate(self, folder: str) -> LoadPlan:
@@ -290,6 +390,18 @@ def _kept(directory: str) -> str:
     earlier = f" The earlier checkpoints are untouched (latest: {latest}; resume from it with " \
               f"resume_from_checkpoint=... / --resume)." if latest else ""
     return f" The partial checkpoint was removed.{earlier}"
+
+
+class _Times:
+    """The clock readings of a running train(): its start, the last save and boundary, the longest step."""
+
+    def __init__(self, now: float):
+        self.started = self.last_save = self.last_boundary = now
+        self.longest_step = 0.0
+
+
+def _stderr_line(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _compare_identity(manifest: Mapping[str, Any], current: Mapping[str, Any]) -> None:

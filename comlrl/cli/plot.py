@@ -29,6 +29,7 @@ so tests and tools can read the figure back.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re

@@ -19,13 +19,14 @@ import json
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
 import yaml
 
-RUN_FILES = ("config.yaml", "resolved_config.yaml", "metrics.jsonl", "eval_rows.jsonl", "reward_curve.png")
-TENSORBOARD_DIR = "tensorboard"
+from comlrl.cli.long_runs import AUTO, RUN_FILES, TENSORBOARD_DIR, auto_candidate, resuming, set_aside_earlier_start, stop_after
+
 SAVED_DIRS = ("agent_0", "agent_1", "critic", "reward_model")
 SAVED_FILES = ("model.safetensors", "value_head.pt")  # an agent saved into the folder itself (IAC with one agent)
 MODEL_NAME_KEYS = ("agent_model", "agents", "critic_model", "critics")
@@ -51,8 +52,17 @@ def add_train_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint-interval", type=int, default=None, help="epochs between checkpoints (checkpoint.interval)")
     parser.add_argument("--checkpoint-steps", type=int, default=None, help="also every N training steps (checkpoint.steps)")
     parser.add_argument("--checkpoint-total-limit", type=int, default=None, help="keep only the newest N (checkpoint.total_limit)")
+    parser.add_argument("--checkpoint-every-s", type=float, default=None, metavar="SECONDS",
+                        help="also at the first step boundary SECONDS after the last save (checkpoint.every_s)")
     parser.add_argument("--resume", nargs="?", const=True, default=None, metavar="CHECKPOINT",
-                        help="resume from a checkpoint folder, a checkpoint dir's latest, or (no value) checkpoint.dir's latest")
+                        help="resume from a checkpoint folder, a checkpoint dir's latest, (no value) checkpoint.dir's latest, or "
+                        "'auto': this run's newest usable checkpoint in checkpoint.dir, or a fresh start when it has none")
+    parser.add_argument("--time-limit", default=None, metavar="DURATION",
+                        help="soft deadline from the command's start (47:30:00, 2-00:00:00, 90m): checkpoint and exit with the "
+                        "requeue code at the last step boundary before it (checkpoint.time_limit)")
+    parser.add_argument("--requeue-exit-code", type=int, default=None, metavar="CODE",
+                        help="exit code of a run stopped by SIGUSR1, SIGTERM or --time-limit after its checkpoint (default 85; "
+                        "checkpoint.requeue_exit_code)")
     parser.add_argument("--import", action="append", default=[], dest="imports", metavar="MODULE_OR_FILE",
                         help="import a Python module (or .py file) first, e.g. one that calls register_environment or "
                         "register_algorithm; repeatable")
@@ -88,6 +98,7 @@ def import_user_modules(targets) -> None:
 def plan_for(args: argparse.Namespace):
     from comlrl.runplan.plan import plan_from_args
 
+    from comlrl.checkpoint.schedule import parse_duration
     from comlrl.runplan.overrides import parse_overrides
 
     import_user_modules(args.imports)
@@ -98,14 +109,18 @@ def plan_for(args: argparse.Namespace):
                          f"real data): drop one of them.")
     overrides = list(args.override) + (["dataset.offline=true"] if args.offline and offline is None else [])
     plan = plan_from_args(args.config, overrides, algorithm=args.algorithm, output_dir=args.output_dir)
+    time_limit = parse_duration(args.time_limit) if args.time_limit is not None else None
     for key, value in (("dir", args.checkpoint_dir), ("interval", args.checkpoint_interval), ("steps", args.checkpoint_steps),
-                       ("total_limit", args.checkpoint_total_limit), ("resume", args.resume)):
+                       ("total_limit", args.checkpoint_total_limit), ("resume", args.resume), ("every_s", args.checkpoint_every_s),
+                       ("time_limit", time_limit), ("requeue_exit_code", args.requeue_exit_code)):
         if value is not None:
             plan.checkpoint[key] = value
+    check_schedule(plan)
     return plan
 
 
 def run_train(args: argparse.Namespace) -> int:
+    started = time.monotonic()  # --time-limit counts from here
     plan = plan_for(args)
     if args.json and not args.dry_run:
         raise ValueError("--json goes with --dry-run (it prints the resolved config as one JSON object).")
@@ -125,18 +140,23 @@ def run_train(args: argparse.Namespace) -> int:
         go_offline_if_unreachable(log=lambda message: print(f"comlrl train: {message}", file=sys.stderr))
     data = load_data(plan)  # before any model loads: a missing or empty dataset is refused here
     if main_process:
-        check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=plan.checkpoint.get("resume") is not None)
+        if plan.checkpoint["resume"] == AUTO and not resuming(plan):
+            set_aside_earlier_start(plan.run_dir)
+        check_run_dir(plan.run_dir, overwrite=args.overwrite, resuming=resuming(plan))
+    from comlrl.checkpoint.interrupt import TrainingPreempted
     from comlrl.parallel.data_parallel import exit_worker_rank, leave_process_group
 
-    finished = False
+    finished, code = False, 0
     try:
-        run(plan, overwrite=args.overwrite, data=data)
+        run(plan, overwrite=args.overwrite, data=data, started=started)
         finished = True
+    except TrainingPreempted as stop:  # every rank stopped at the same checkpointed step
+        finished, code = True, stop.exit_code
     finally:
         leave_process_group(wait=finished)
     if not main_process:  # a finished torchrun rank > 0: nothing of its own to write, skip the teardown
-        exit_worker_rank(0)
-    return 0
+        exit_worker_rank(code)
+    return code
 
 
 def needs_hub(plan) -> bool:
@@ -160,8 +180,8 @@ def preflight(plan, *, overwrite: bool) -> None:
     from comlrl.models.saving import check_folder_path
 
     check_folder_path(plan.run_dir, "The run directory (--output-dir / output.base_dir)")
-    if not overwrite:  # with --overwrite the earlier run's files are removed once the data has loaded too
-        check_run_dir(plan.run_dir, overwrite=False, resuming=plan.checkpoint.get("resume") is not None)
+    if not overwrite and plan.checkpoint["resume"] != AUTO:  # with --overwrite the earlier run's files are removed once
+        check_run_dir(plan.run_dir, overwrite=False, resuming=resuming(plan))  # the data has loaded too; auto: see run_train
     if plan.output["save_final_model"]:
         check_folder_path(plan.output["save_path"], "output.save_path")
         check_save_path(plan.output["save_path"], overwrite=overwrite)
@@ -171,30 +191,43 @@ def preflight(plan, *, overwrite: bool) -> None:
 
 CHECKPOINT_FLAGS = {"checkpoint_interval": "--checkpoint-interval (checkpoint.interval)",
                     "checkpoint_steps": "--checkpoint-steps (checkpoint.steps)",
+                    "checkpoint_every_s": "--checkpoint-every-s (checkpoint.every_s)",
+                    "stop_after_s": "--time-limit (checkpoint.time_limit)",
+                    "requeue_exit_code": "--requeue-exit-code (checkpoint.requeue_exit_code)",
                     "checkpoint_total_limit": "--checkpoint-total-limit (checkpoint.total_limit)",
                     "checkpoint_dir": "--checkpoint-dir (checkpoint.dir)", "resume_from_checkpoint": "--resume (checkpoint.resume)"}
 
 
-def check_checkpoint_settings(plan) -> None:
-    """``train()``'s checkpoint arguments as the flags name them; the checkpoint to resume read (its
-    manifest only) and matched to this run's algorithm."""
-    from comlrl.checkpoint import layout
-    from comlrl.checkpoint.files import CheckpointError
+def check_schedule(plan) -> None:
+    """``train()``'s checkpoint arguments (``CheckpointSchedule``), their errors named as the flags."""
     from comlrl.checkpoint.schedule import CheckpointSchedule
-    from comlrl.models.saving import check_folder_path
 
     ck = plan.checkpoint
     try:
         CheckpointSchedule.from_train_args(checkpoint_dir=ck["dir"], checkpoint_interval=ck["interval"], checkpoint_steps=ck["steps"],
-                                           checkpoint_total_limit=ck["total_limit"], resume_from_checkpoint=ck["resume"])
+                                           checkpoint_total_limit=ck["total_limit"], resume_from_checkpoint=ck["resume"],
+                                           checkpoint_every_s=ck["every_s"], stop_after_s=ck["time_limit"],
+                                           requeue_exit_code=ck["requeue_exit_code"])
     except ValueError as error:
         message = str(error)
         for name, flag in CHECKPOINT_FLAGS.items():
             message = message.replace(f"{name}=", f"{flag}=").replace(f"{name} ", f"{flag} ")
         raise ValueError(message) from None
+
+
+def check_checkpoint_settings(plan) -> None:
+    """The checkpoint folder's path; the checkpoint to resume read (its manifest only) and matched to
+    this run's algorithm (``check_schedule`` checked the other arguments when the plan was made)."""
+    from comlrl.checkpoint import layout
+    from comlrl.checkpoint.files import CheckpointError
+    from comlrl.models.saving import check_folder_path
+
+    ck = plan.checkpoint
     if ck["dir"] is not None:
         check_folder_path(ck["dir"], "--checkpoint-dir (checkpoint.dir)")
     resume = ck["resume"]
+    if resume == AUTO:
+        resume = auto_candidate(ck["dir"], plan.algorithm.trainer.split(":")[1])
     if resume is None:
         return
     source = resume
@@ -361,7 +394,8 @@ def build(plan, log: Callable[[str], None] = print, data: Optional[RunData] = No
     return trainer, env
 
 
-def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print, data: Optional[RunData] = None):
+def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print, data: Optional[RunData] = None,
+        started: Optional[float] = None):
     """Build, train, save the agents and draw the reward curve; returns the trainer. A run that fails
     before its first logged step removes the files it wrote, so that the corrected command is not
     refused as "already holds a run"."""
@@ -390,14 +424,18 @@ def run(plan, *, overwrite: bool = False, log: Callable[[str], None] = print, da
         ck = plan.checkpoint
         try:
             trainer.train(resume_from_checkpoint=ck["resume"], checkpoint_dir=ck["dir"], checkpoint_interval=ck["interval"],
-                          checkpoint_total_limit=ck["total_limit"], checkpoint_steps=ck["steps"])
+                          checkpoint_total_limit=ck["total_limit"], checkpoint_steps=ck["steps"], checkpoint_every_s=ck["every_s"],
+                          stop_after_s=stop_after(ck["time_limit"], started, log), requeue_exit_code=ck["requeue_exit_code"])
             if plan.output["save_final_model"]:
                 trainer.save_model(plan.output["save_path"], overwrite=overwrite)
                 log(f"comlrl train: agents saved in {plan.output['save_path']}")
         finally:
             trainer.close()
-    except BaseException:
-        if main_process and not (os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0):
+    except BaseException as error:
+        from comlrl.checkpoint.interrupt import TrainingPreempted
+
+        preempted = isinstance(error, TrainingPreempted)  # checkpointed, to be continued: its files stay
+        if main_process and not preempted and not (os.path.exists(metrics_path) and os.path.getsize(metrics_path) > 0):
             remove_new_run_files(plan.run_dir, written)
         raise
     if main_process and os.path.exists(metrics_path):

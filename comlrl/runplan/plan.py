@@ -7,7 +7,8 @@ eval_split, offline, num_train_items, num_eval_items), ``tokenizer`` (padding_si
 save_final_model, save_path, verbose), one section per algorithm (``magrpo``, ``iac``, ``maac``, the
 single-agent ``grpo`` and ``ac``, ..., the trainer config's fields), ``reward_processor`` (enabled, scale_factor, shift), ``wandb``
 (project, entity, name/run_name, dir, tags, group, notes, mode), ``checkpoint`` (dir, interval,
-steps, total_limit, resume), ``seed``, and optionally ``algorithm`` and ``environment``.
+steps, every_s, total_limit, resume, time_limit (seconds), requeue_exit_code), ``seed``, and optionally
+``algorithm`` and ``environment``.
 
 Everything is checked here, before any model loads: unknown keys (with suggestions), value types,
 the trainer config's own validation, and the training-entity rules (who gives the agents, which
@@ -44,7 +45,8 @@ FIXED_SECTIONS = {
     "reward_processor": {"enabled": "bool", "scale_factor": "float", "shift": "float?"},
     "wandb": {"project": "str?", "entity": "str?", "name": "str?", "run_name": "str?", "dir": "str?", "tags": "list?",
               "group": "str?", "notes": "str?", "mode": "str?"},
-    "checkpoint": {"dir": "str?", "interval": "int", "steps": "int?", "total_limit": "int?", "resume": "any"},
+    "checkpoint": {"dir": "str?", "interval": "int", "steps": "int?", "total_limit": "int?", "resume": "any", "every_s": "float?",
+                   "time_limit": "any", "requeue_exit_code": "int"},
 }
 DATASET_KEYS = {"name": "str?", "type": "str?", "train_split": "str?", "eval_split": "str?", "offline": "bool?",
                 "num_train_items": "int?", "num_eval_items": "int?", "allow_sample_fallback": "bool?"}
@@ -395,10 +397,17 @@ def _wandb(fixed: Mapping[str, Dict[str, Any]], data: Mapping[str, Any], section
 
 
 def _checkpoint(values: Mapping[str, Any]) -> Dict[str, Any]:
+    from comlrl.checkpoint.schedule import DEFAULT_REQUEUE_EXIT_CODE, check_requeue_exit_code, parse_duration
+
     out = {"dir": values.get("dir"), "interval": values.get("interval", 1), "steps": values.get("steps"),
-           "total_limit": values.get("total_limit"), "resume": values.get("resume")}
+           "total_limit": values.get("total_limit"), "resume": values.get("resume"), "every_s": values.get("every_s"),
+           "time_limit": values.get("time_limit"), "requeue_exit_code": values.get("requeue_exit_code", DEFAULT_REQUEUE_EXIT_CODE)}
     if out["resume"] is not None and not isinstance(out["resume"], (str, bool)):
-        raise ValueError(f"checkpoint.resume must be a checkpoint path, true (the latest in checkpoint.dir) or null; got {out['resume']!r}.")
+        raise ValueError(f"checkpoint.resume must be a checkpoint path, auto (this run's newest checkpoint in checkpoint.dir, or "
+                         f"a fresh start), true (the latest in checkpoint.dir) or null; got {out['resume']!r}.")
+    if out["time_limit"] is not None:  # seconds (YAML reads an unquoted 47:30:00 as 171000), or a duration's text
+        out["time_limit"] = parse_duration(out["time_limit"], "checkpoint.time_limit")
+    check_requeue_exit_code(out["requeue_exit_code"], "checkpoint.requeue_exit_code")
     return out
 
 

@@ -7,10 +7,13 @@
   validation, so defaults and derived values are explicit) and the W&B settings, with the value of
   every key that names a credential replaced by ``"***"`` and the credentials in URLs and header
   values masked (``comlrl.telemetry.redaction``).
-- ``run_summary.json`` when ``train()`` returns, fails or is stopped by SIGTERM / SIGINT (status
-  ``completed``, ``failed`` or ``interrupted``, with the signal and the final checkpoint), library versions, each model and
-  where it came from, the wall time of this ``train()`` call, progress, and the latest value of
-  every logged metric.
+- ``run_summary.json`` when ``train()`` returns, fails, is preempted or is stopped by a signal (status
+  ``completed``, ``failed``, ``preempted`` (a scheduler's signal or the soft deadline: checkpointed,
+  ``exit_code`` the requeue code) or ``interrupted`` (Ctrl-C), with the reason, the signal and the final
+  checkpoint), the run id and which ``attempt`` of it this was (a resumed run counts on from the
+  summary it finds), the checkpoint it resumed from, the Slurm job and restart count when it runs
+  under Slurm, library versions, each model and where it came from, the wall time of this ``train()``
+  call, progress, and the latest value of every logged metric.
 
 Both are rewritten atomically by each ``train()`` call (a resumed run updates them).
 """
@@ -25,7 +28,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from comlrl.models.saving import make_temp_file
 from comlrl.models.sources import describe_source
-from comlrl.checkpoint.interrupt import signal_of
+from comlrl.checkpoint.interrupt import TrainingPreempted, signal_of
 from comlrl.checkpoint.state import dataset_info, jsonable
 from comlrl.telemetry.redaction import redact_secrets, redact_text
 
@@ -101,6 +104,36 @@ def describe_reward(reward_func: Any) -> Dict[str, Any]:
     return {"name": name, "sandbox": sandbox}
 
 
+SLURM_FIELDS = {"job_id": "SLURM_JOB_ID", "restart_count": "SLURM_RESTART_COUNT", "array_task_id": "SLURM_ARRAY_TASK_ID",
+                "nodes": "SLURM_JOB_NODELIST"}
+
+
+def scheduler_info() -> Optional[Dict[str, str]]:
+    """The Slurm job this process runs in (None outside Slurm): job id, restart count (how many times the
+    job was requeued), array task, nodes."""
+    if not os.environ.get("SLURM_JOB_ID"):
+        return None
+    return {key: os.environ[name] for key, name in SLURM_FIELDS.items() if os.environ.get(name)}
+
+
+def scheduler_note() -> str:
+    """`` (Slurm job 123, restart 2)`` for the job log, or "" outside Slurm."""
+    info = scheduler_info()
+    if info is None:
+        return ""
+    return f" (Slurm job {info['job_id']}, restart {info.get('restart_count', '0')})"
+
+
+def read_summary(output_dir: str) -> Optional[Dict[str, Any]]:
+    """The ``run_summary.json`` of ``output_dir`` (None when there is none or it cannot be read)."""
+    try:
+        with open(os.path.join(output_dir, SUMMARY_FILE), encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
 def latest_metrics(rows: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
     """The last logged value of every metric key (training, evaluation and epoch means)."""
     latest: Dict[str, Any] = {}
@@ -118,12 +151,19 @@ class RunRecord:
         self.output_dir = output_dir
         self._started: Optional[float] = None
         self._started_at: Optional[str] = None
+        self.attempt = 1
+        self.resumed_from: Optional[str] = None
 
     def start(self, *, trainer: str, config: Any, wandb_config: Optional[Mapping[str, Any]], seed: Optional[int] = None,
               models: Sequence[Mapping[str, Any]] = (), data: Optional[Mapping[str, Any]] = None,
-              reward: Optional[Mapping[str, Any]] = None) -> None:
+              reward: Optional[Mapping[str, Any]] = None, run_id: Optional[str] = None, resumed_from: Optional[str] = None) -> None:
         self._started = time.perf_counter()
         self._started_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        earlier = read_summary(self.output_dir) if resumed_from is not None else None
+        same_run = earlier is not None and run_id is not None and earlier.get("run_id") == run_id
+        previous = earlier.get("attempt") if same_run else None
+        self.attempt = previous + 1 if isinstance(previous, int) and not isinstance(previous, bool) else (2 if resumed_from else 1)
+        self.resumed_from = resumed_from
         fields = {name: getattr(config, name) for name in config.field_names()}
         record = {
             "trainer": trainer,
@@ -144,14 +184,23 @@ class RunRecord:
         models: List[Dict[str, Any]],
         progress: Mapping[str, Any],
         history: Sequence[Mapping[str, Any]],
+        run_id: Optional[str] = None,
     ) -> None:
         wall = time.perf_counter() - self._started if self._started is not None else None
         stopped_by = signal_of(error) if error is not None else None
+        preempted = isinstance(error, TrainingPreempted)
+        status = "completed" if error is None else "preempted" if preempted else "interrupted" if stopped_by else "failed"
         summary = {
-            "status": "completed" if error is None else "interrupted" if stopped_by else "failed",
+            "status": status,
             "error": redact_text(f"{type(error).__name__}: {error}") if error is not None else None,
             "signal": stopped_by,
+            "reason": error.reason if preempted else None,
+            "exit_code": error.exit_code if preempted else None,
             "final_checkpoint": getattr(error, "checkpoint", None),
+            "run_id": run_id,
+            "attempt": self.attempt,
+            "resumed_from": self.resumed_from,
+            "scheduler": scheduler_info(),
             "versions": library_versions(),
             "models": models,
             "started_at": self._started_at,

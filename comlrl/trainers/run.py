@@ -2,15 +2,20 @@
 
 ``Run.train`` validates the run (generation settings, data-parallel split, checkpoint source),
 claims the metrics log, starts the run record and then runs the trainer's ``body`` (by default
-``run_epochs``) with SIGTERM / SIGINT handling; ``run_epochs`` is the epoch loop every step shares:
+``run_epochs``) with signal handling (``checkpoint.interrupt``); ``run_epochs`` is the epoch loop
+every step shares:
 
     for every epoch:                      (from the checkpointed position)
         for every step of items:          (the step's chunks of the epoch)
             evaluate when due             (the step says when)
             step.train_step(items)        (this process's share of them)
-            log, progress, checkpoint when due
+            log, progress, checkpoint when due; stop when preempted
         step.flush()                      (update on what the buffers still hold)
-        log the epoch's means, checkpoint when due
+        log the epoch's means, checkpoint when due; stop when preempted
+
+A preempted run (SIGUSR1 / SIGTERM noted, or the soft deadline: ``CheckpointStore.boundary``) ends
+with ``TrainingPreempted`` after its checkpoint; the job log gets one line saying why, where and how
+to continue.
 
 The run owns the reporting (``Reporting``), the progress cursor (``TrainingState``) and the
 checkpoints (``CheckpointStore`` over ``RunCheckpoints``).
@@ -24,14 +29,15 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Proto
 import torch
 import torch.nn as nn
 
-from comlrl.checkpoint.interrupt import Interruptible
+from comlrl.checkpoint import layout
+from comlrl.checkpoint.interrupt import Interruptible, TrainingPreempted
 from comlrl.checkpoint.schedule import CheckpointSchedule
 from comlrl.checkpoint.store import CheckpointStore
 from comlrl.rollout.tree import TreeRollout
 from comlrl.rollout.generation import GENERATION_KEY_FIELDS, RESERVED_GENERATION_KEYS, SamplingParams, refused_generation_keys
 from comlrl.rollout.rows import labelled_rows
 from comlrl.telemetry.progress import ProgressBar, RunClock, remaining_evaluations, remaining_steps
-from comlrl.telemetry.run_record import describe_data, describe_model, describe_reward
+from comlrl.telemetry.run_record import describe_data, describe_model, describe_reward, scheduler_note
 from comlrl.trainers.combinations import check_data_parallel
 from comlrl.trainers.construction import Task
 from comlrl.trainers.datasets import dataset_length, is_map_dataset
@@ -151,7 +157,7 @@ class Run:
         self.body: Callable[[], None] = self.run_epochs
         self.contents = RunCheckpoints(self)
         self.checkpoints = CheckpointStore(self.contents)
-        self.after_epoch_checkpoint: Callable[[int, bool], None] = self.epoch_checkpoint
+        self.after_epoch_checkpoint: Callable[[int, bool], Optional[str]] = self.epoch_checkpoint
         self.clock: Optional[RunClock] = None  # the remaining-time estimate of the running epochs
 
     @property
@@ -179,14 +185,22 @@ class Run:
                 seed=torch.initial_seed(),
                 models=[{"role": role, "source": describe_model(role, model, source)["source"]} for role, model, source in self.models()],
                 data={"train": describe_data(self.task.train_dataset), "eval": describe_data(self.task.eval_dataset)},
-                reward=describe_reward(self.task.reward_func),
+                reward=describe_reward(self.task.reward_func), run_id=store.run_id, resumed_from=store.resumed_from,
             )
+            if store.resumed_from is not None:
+                store.log(f"comlrl: attempt {record.attempt} of run {store.run_id}{scheduler_note()}, from {store.resumed_from}")
         store.active = True
         error: Optional[BaseException] = None
-        store.interrupt = Interruptible(defer_sigterm=schedule.directory is not None)
+        store.interrupt = Interruptible(defer=schedule.directory is not None, notice=store.stop_notice(schedule))
         try:
             with store.interrupt:
                 self.body()
+        except TrainingPreempted as stop:  # at a step boundary, checkpointed: the state is whole
+            error, stop.where = stop, self.describe_position()
+            if self.team.dist.is_main:
+                store.log(f"comlrl: {stop.reason} stopped the run after {stop.where}; checkpoint {stop.checkpoint}; exiting with "
+                          f"code {stop.exit_code}: run the same command with --resume auto (resume_from_checkpoint='auto') to continue")
+            raise
         except BaseException as exc:
             error = exc
             store.failure = f"epoch {self.state.epoch + 1}, item {self.state.position} (global step {self.state.global_step})"
@@ -196,12 +210,18 @@ class Run:
             self.finish_record(error)
         store.failure = None
 
+    def describe_position(self) -> str:
+        state = self.state
+        where = f"epoch {state.epoch} complete" if state.position == 0 else f"epoch {state.epoch + 1}, item {state.position}"
+        return f"global step {state.global_step} ({where})"
+
     def finish_record(self, error: Optional[BaseException]) -> None:
         record = self.reporting.record
         if record is None:
             return
         models = [describe_model(name, model, source) for name, model, source in self.models()]
-        record.finish(error=error, models=models, progress=asdict(self.state), history=self.reporting.log_history)
+        record.finish(error=error, models=models, progress=asdict(self.state), history=self.reporting.log_history,
+                      run_id=self.checkpoints.run_id)
 
     def check_data_parallel(self) -> None:
         check_data_parallel(self.args, self.team.dist, self.step.items_per_step(), self.task.train_dataset)
@@ -264,14 +284,15 @@ class Run:
                 bar.close()
             state.epoch += 1
             state.position = 0
-            self.after_epoch_checkpoint(state.epoch, state.epoch >= total)
+            saved = self.after_epoch_checkpoint(state.epoch, state.epoch >= total)
+            if state.epoch < total:  # a boundary where the run may save and stop (after the last epoch it ends anyway)
+                self.checkpoints.boundary(layout.epoch_checkpoint_name(state.epoch), saved)
 
-    def epoch_checkpoint(self, epoch: int, final: bool) -> None:
-        """The checkpoint after an epoch, when one is due (``checkpoint-<epoch>``)."""
-        from comlrl.checkpoint import layout
-
+    def epoch_checkpoint(self, epoch: int, final: bool) -> Optional[str]:
+        """The checkpoint after an epoch, when one is due (``checkpoint-<epoch>``); returns it."""
         if self.checkpoints.due_after_epoch(epoch, final):
-            self.checkpoints.save_to_directory(layout.epoch_checkpoint_name(epoch))
+            return self.checkpoints.save_to_directory(layout.epoch_checkpoint_name(epoch))
+        return None
 
     def _epoch_steps(self, start: int) -> Iterator[Tuple[int, List[Any], bool]]:
         """``(first item index, items, is the epoch's last step)`` for every step from ``start``."""

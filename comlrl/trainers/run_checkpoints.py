@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+import torch
+
 from comlrl.checkpoint.files import CheckpointError
 from comlrl.checkpoint.state import AttributeState, CheckpointComponents, DataclassState
 from comlrl.checkpoint.store import build_identity
@@ -181,6 +183,15 @@ class RunCheckpoints:
 
     def barrier(self) -> None:
         self.run.team.dist.barrier()
+
+    def agree(self, flags: Sequence[bool], main_only: Sequence[bool]) -> List[bool]:
+        """Each flag set on any rank (``main_only``: rank 0's alone), the same on every rank: one small
+        all-reduce per step boundary under torchrun, so every rank saves and stops at the same step."""
+        dist = self.run.team.dist
+        if not dist.enabled:
+            return [bool(flag) for flag in flags]
+        own = torch.tensor([float(bool(flag) and (dist.is_main or not only)) for flag, only in zip(flags, main_only)])
+        return [bool(value > 0) for value in dist.sum_tensors(own)[0].tolist()]
 
     def prepare(self, rng: Mapping[str, Any]) -> Optional[Dict[int, Any]]:
         team = self.run.team

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple
 import torch
 import torch.nn as nn
 
-from comlrl.checkpoint.schedule import CheckpointSchedule
+from comlrl.checkpoint.schedule import DEFAULT_REQUEUE_EXIT_CODE, CheckpointSchedule
 from comlrl.models.lora import export_view
 from comlrl.models.saving import all_or_nothing, check_folder_path, check_target_free, save_pretrained_dir
 from comlrl.parallel.fsdp import full_model_state, is_sharded
@@ -52,16 +52,28 @@ class Trainer:
         checkpoint_interval: int = 1,
         checkpoint_total_limit: Optional[int] = None,
         checkpoint_steps: Optional[int] = None,
+        checkpoint_every_s: Optional[float] = None,
+        stop_after_s: Optional[float] = None,
+        requeue_exit_code: int = DEFAULT_REQUEUE_EXIT_CODE,
         **generation_kwargs: Any,
     ) -> None:
         """Train until ``args.num_train_epochs`` epochs are complete (resumed epochs count).
 
         Checkpoints (off by default; see docs/checkpoints.md): ``checkpoint_dir`` receives
         ``checkpoint-<sequence>`` folders every ``checkpoint_interval`` epochs, after the last epoch,
-        and every ``checkpoint_steps`` training steps when set; ``checkpoint_total_limit`` keeps only
-        the newest of this run's checkpoints. ``resume_from_checkpoint`` (a checkpoint folder, a
-        checkpoint_dir for its latest, or True for the latest in ``checkpoint_dir``) continues a run
-        from the exact step it was saved at.
+        every ``checkpoint_steps`` training steps when set, and at the first step boundary
+        ``checkpoint_every_s`` seconds after the last save when set; ``checkpoint_total_limit`` keeps
+        only the newest of this run's checkpoints. ``resume_from_checkpoint`` (a checkpoint folder, a
+        checkpoint_dir for its latest, True for the latest in ``checkpoint_dir``, or ``"auto"``: the
+        newest usable checkpoint of the run that owns ``checkpoint_dir``, or a fresh start when it holds
+        none) continues a run from the exact step it was saved at.
+
+        Long runs on a cluster (docs/checkpoints.md, "Preemption and requeue"): with a
+        ``checkpoint_dir``, SIGUSR1 or SIGTERM lets the current step finish, checkpoints it and raises
+        ``comlrl.checkpoint.interrupt.TrainingPreempted``, a ``SystemExit`` with code
+        ``requeue_exit_code`` (85), so an uncaught one leaves the process with that code;
+        ``stop_after_s`` (seconds from this call) does the same at the last step boundary before it.
+        Ctrl-C stops at once (``TrainingInterrupted``).
 
         ``generation_kwargs`` are extra ``generate`` settings that leave the sampled distribution
         alone (``use_cache``, ``max_time``, ``stop_strings``, ...: ``DISTRIBUTION_FREE_GENERATION_KEYS``);
@@ -69,7 +81,8 @@ class Trainer:
         """
         schedule = CheckpointSchedule.from_train_args(
             checkpoint_dir=checkpoint_dir, checkpoint_interval=checkpoint_interval, checkpoint_total_limit=checkpoint_total_limit,
-            checkpoint_steps=checkpoint_steps, resume_from_checkpoint=resume_from_checkpoint,
+            checkpoint_steps=checkpoint_steps, resume_from_checkpoint=resume_from_checkpoint, checkpoint_every_s=checkpoint_every_s,
+            stop_after_s=stop_after_s, requeue_exit_code=requeue_exit_code,
         )
         self.run.train(schedule, resume_from_checkpoint, generation_kwargs)
 

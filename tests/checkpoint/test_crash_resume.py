@@ -174,7 +174,7 @@ def test_sigkill_during_a_save_leaves_the_previous_checkpoint_usable(tiny_paths,
     started.expect("paused")
     started.kill()
     hidden, *names = sorted(os.listdir(directory))
-    assert names == ["checkpoint-step-1", "checkpoint-step-2"]
+    assert names == ["checkpoint-step-1", "checkpoint-step-2", "run.json"]
     assert hidden.startswith(".checkpoint-3.") and hidden.endswith(".staging")  # the half-written one, out of sight
     assert latest_checkpoint(str(directory)) == str(directory / "checkpoint-step-2")
     assert read_checkpoint_metadata(str(directory))["progress"]["global_step"] == 2

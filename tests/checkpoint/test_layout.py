@@ -158,7 +158,7 @@ def test_total_limit_prunes_only_this_runs_checkpoints(tiny_paths, dataset, tmp_
     # the limit keeps the last two: step 8 and the end of epoch 2
     assert sorted(own) == ["checkpoint-2", "checkpoint-step-8"]
     assert set(names) - set(own) == {"notes", "checkpoint-best", "checkpoint-3.bak", "checkpoint-1", "checkpoint-step-6",
-                                     f".checkpoint-2.{'f' * 32}.abc.staging"}
+                                     f".checkpoint-2.{'f' * 32}.abc.staging", "run.json"}
     assert (directory / "notes" / "todo.txt").read_text() == "keep me"
     assert read_checkpoint_metadata(str(directory / "checkpoint-1"))["run_id"] == other.run.checkpoints.run_id
     with pytest.raises(CheckpointError, match="checkpoints of 2 different runs"):
@@ -171,11 +171,11 @@ def test_names_say_where_the_run_is_and_a_resume_never_overwrites(tiny_paths, da
     first run's checkpoint-3 is left as it was."""
     trainer = make_magrpo(tiny_paths, dataset, num_train_epochs=3)
     trainer.train(checkpoint_dir=str(tmp_path), checkpoint_interval=2)
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-3"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-3", "run.json"]
     assert read_checkpoint_metadata(str(tmp_path / "checkpoint-2"))["progress"]["epoch"] == 2
     first = (tmp_path / "checkpoint-3" / "manifest.json").read_bytes()
     again = make_magrpo(tiny_paths, dataset, num_train_epochs=3)
     again.train(checkpoint_dir=str(tmp_path), checkpoint_interval=2, resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-3", "checkpoint-3.v2"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-3", "checkpoint-3.v2", "run.json"]
     assert (tmp_path / "checkpoint-3" / "manifest.json").read_bytes() == first
     assert latest_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-3.v2")  # the newest save of the run

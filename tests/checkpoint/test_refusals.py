@@ -285,7 +285,7 @@ def test_an_exception_during_a_save_leaves_no_partial_checkpoint(tiny_paths, dat
     trainer = make_magrpo(tiny_paths, dataset)
     with pytest.raises(OSError, match="disk full"):
         trainer.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-step-1", "checkpoint-step-2"]  # no third, no staging folder
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-step-1", "checkpoint-step-2", "run.json"]  # no third, no staging folder
     monkeypatch.undo()
     resumed = make_magrpo(tiny_paths, dataset)
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-step-2"))

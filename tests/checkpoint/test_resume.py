@@ -7,25 +7,11 @@ import random
 import pytest
 import torch
 from comlrl.rollout.rewards import RewardFunctionError
-from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_dataset, make_magrpo, run_summary, seed_everything
+from tests.helpers.checkpoint_runs import CrashingReward, assert_same_run, make_magrpo, run_summary, seed_everything
 
 from comlrl.trainers.reinforce import MARLOOTrainer
 from comlrl.checkpoint.layout import read_checkpoint_metadata
 from comlrl.checkpoint.layout import latest_checkpoint
-
-
-@pytest.fixture(scope="module")
-def dataset():
-    return make_dataset(4)
-
-
-@pytest.fixture(scope="module")
-def straight(tiny_paths, dataset):
-    """The uninterrupted run: 2 epochs of 4 steps, no checkpoints."""
-    seed_everything(0)
-    trainer = make_magrpo(tiny_paths, dataset)
-    trainer.train()
-    return run_summary(trainer)
 
 
 def test_checkpoints_do_not_change_the_run(tiny_paths, dataset, straight, tmp_path):
@@ -36,7 +22,7 @@ def test_checkpoints_do_not_change_the_run(tiny_paths, dataset, straight, tmp_pa
     assert_same_run(straight, run_summary(trainer))
     # 8 step checkpoints + 2 epoch-end checkpoints, named after the global step or the epochs done
     expected = [f"checkpoint-step-{i}" for i in range(1, 9)] + ["checkpoint-1", "checkpoint-2"]
-    assert sorted(os.listdir(tmp_path)) == sorted(expected)
+    assert sorted(os.listdir(tmp_path)) == sorted(expected + ["run.json"])  # run.json: the directory's owner
     order = [os.path.basename(read_checkpoint_metadata(str(tmp_path / n))["path"]) for n in expected]
     sequences = [read_checkpoint_metadata(str(tmp_path / n))["sequence"] for n in expected]
     assert sorted(sequences) == list(range(1, 11)) and order == expected
@@ -65,7 +51,7 @@ def test_saving_never_perturbs_the_random_streams(tiny_paths, dataset, tmp_path)
     seed_everything(0)
     saving = make_magrpo(tiny_paths, dataset, reward=NoisyStateReward(), num_train_epochs=1)
     saving.train(checkpoint_dir=str(tmp_path), checkpoint_steps=1)
-    assert len(os.listdir(tmp_path)) == 5
+    assert len(os.listdir(tmp_path)) == 5 + 1  # and run.json
     assert_same_run(run_summary(plain), run_summary(saving))
 
 
@@ -94,7 +80,7 @@ def test_epoch_checkpoint_and_more_epochs_on_resume(tiny_paths, dataset, straigh
     seed_everything(0)
     first = make_magrpo(tiny_paths, dataset, num_train_epochs=1)
     first.train(checkpoint_dir=str(tmp_path))
-    assert os.listdir(tmp_path) == ["checkpoint-1"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-1", "run.json"]
     assert read_checkpoint_metadata(str(tmp_path))["progress"] == {"epoch": 1, "position": 0, "env_step": 24, "global_step": 4}
 
     # num_train_epochs and output_dir are among the fields that may change on resume
@@ -102,7 +88,7 @@ def test_epoch_checkpoint_and_more_epochs_on_resume(tiny_paths, dataset, straigh
     resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-1"), checkpoint_dir=str(tmp_path))
     assert_same_run(straight, run_summary(resumed))
     assert (tmp_path / "logs" / "metrics.jsonl").exists()
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-1", "checkpoint-2", "logs"]
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-1", "checkpoint-2", "logs", "run.json"]
     # a finished run resumed with the same epoch count has nothing left to do
     again = make_magrpo(tiny_paths, dataset)
     again.train(resume_from_checkpoint=str(tmp_path))

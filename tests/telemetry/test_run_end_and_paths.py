@@ -1,5 +1,6 @@
-"""Run records tell the truth: SIGTERM / SIGINT end with status "interrupted" (and a final checkpoint
-when checkpointing is on), run_config.json names the seed, the models and the data, W&B's files stay
+"""Run records tell the truth: SIGINT (and SIGTERM / SIGUSR1 without checkpoints) end with status
+"interrupted", SIGTERM / SIGUSR1 with checkpoints with status "preempted", a checkpoint and the requeue
+exit code, run_config.json names the seed, the models and the data, W&B's files stay
 in the run folder, and paths that are files are refused with a message, not an OSError."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import pytest
 from tests.helpers.common import no_signal_expected
 import torch
 
-from comlrl.checkpoint.interrupt import TrainingInterrupted
+from comlrl.checkpoint.interrupt import TrainingInterrupted, TrainingPreempted
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
 SETTINGS = dict(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=1, verbose=False, rollout_buffer_size=1,
@@ -55,18 +56,60 @@ def test_a_signal_writes_an_interrupted_summary(tiny_paths, prompts_dataset, tmp
 
 # tiny random models: all answers of a step may score alike, and the trainer says so
 @no_signal_expected
-def test_sigterm_with_checkpointing_finishes_the_step_and_checkpoints_it(tiny_paths, prompts_dataset, tmp_path):
+@pytest.mark.parametrize("number, name", [(signal.SIGTERM, "SIGTERM"), (signal.SIGUSR1, "SIGUSR1")])
+def test_a_scheduler_signal_with_checkpointing_finishes_the_step_checkpoints_it_and_preempts(tiny_paths, prompts_dataset, tmp_path,
+                                                                                            number, name):
     out, ck = tmp_path / "run", tmp_path / "ck"
-    trainer = trainer_for(tiny_paths, prompts_dataset, out, signalling_reward(signal.SIGTERM))
-    with pytest.raises(TrainingInterrupted) as info:
-        trainer.train(checkpoint_dir=str(ck))
-    assert info.value.signal_name == "SIGTERM" and info.value.checkpoint and os.path.isdir(info.value.checkpoint)
+    trainer = trainer_for(tiny_paths, prompts_dataset, out, signalling_reward(number))
+    previous = signal.getsignal(signal.SIGUSR1)
+    with pytest.raises(TrainingPreempted) as info:
+        trainer.train(checkpoint_dir=str(ck), requeue_exit_code=42)
+    assert signal.getsignal(signal.SIGUSR1) is previous
+    stop = info.value
+    assert isinstance(stop, SystemExit) and stop.code == stop.exit_code == 42  # uncaught, it exits the process with 42
+    assert stop.reason == stop.signal_name == name and stop.checkpoint and os.path.isdir(stop.checkpoint)
     record = summary(out)
-    assert record["status"] == "interrupted" and record["final_checkpoint"] == info.value.checkpoint
+    assert record["status"] == "preempted" and record["signal"] == name and record["reason"] == name
+    assert record["final_checkpoint"] == stop.checkpoint and record["exit_code"] == 42 and record["attempt"] == 1
     assert record["progress"]["global_step"] == 1  # the step in flight was completed, then saved
+    trainer.save_checkpoint(str(tmp_path / "after"))  # a preempted trainer is whole (not a failed one)
     resumed = trainer_for(tiny_paths, prompts_dataset, out, signalling_reward(0))  # the same reward (signal 0 sends nothing)
-    resumed.train(resume_from_checkpoint=info.value.checkpoint, checkpoint_dir=str(ck))
-    assert summary(out)["status"] == "completed" and resumed.state.global_step == len(prompts_dataset)
+    resumed.train(resume_from_checkpoint="auto", checkpoint_dir=str(ck))
+    record = summary(out)
+    assert record["status"] == "completed" and resumed.state.global_step == len(prompts_dataset)
+    assert record["attempt"] == 2 and record["resumed_from"] == stop.checkpoint and record["run_id"] == summary_run_id(ck)
+
+
+def summary_run_id(ck):
+    return json.loads((ck / "run.json").read_text())["run_id"]
+
+
+@no_signal_expected
+def test_a_second_signal_does_not_cut_the_step_short(tiny_paths, prompts_dataset, tmp_path):
+    """torchrun forwards the signal Slurm also delivers: the same signal twice still finishes the step."""
+    calls = {"n": 0}
+
+    def reward(c1, c2):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return [float(len(b) - len(a)) for a, b in zip(c1, c2)]
+
+    trainer = trainer_for(tiny_paths, prompts_dataset, tmp_path / "run", reward)
+    with pytest.raises(TrainingPreempted) as info:
+        trainer.train(checkpoint_dir=str(tmp_path / "ck"))
+    assert info.value.reason == "SIGUSR1" and info.value.exit_code == 85 and trainer.state.global_step == 1
+
+
+@no_signal_expected
+def test_without_checkpoints_a_scheduler_signal_stops_at_once(tiny_paths, prompts_dataset, tmp_path):
+    trainer = trainer_for(tiny_paths, prompts_dataset, tmp_path / "run", signalling_reward(signal.SIGUSR1))
+    with pytest.raises(TrainingInterrupted) as info:
+        trainer.train()
+    assert info.value.signal_name == "SIGUSR1" and trainer.state.global_step == 0
+    assert summary(tmp_path / "run")["status"] == "interrupted"
 
 
 # tiny random models: all answers of a step may score alike, and the trainer says so
