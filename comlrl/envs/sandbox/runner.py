@@ -144,8 +144,8 @@ class Sandbox:
     def _checker_job(self, job: TestJob) -> Dict[str, object]:
         pre = [_pre_evaluation(test) for test in job.tests] if job.pre_evaluate else None
         return {
-            "tests": list(job.tests), "entry_points": list(job.entry_points), "pre": pre, "setup": needed_setup(job.setup, job.tests),
-            "seed_math": job.seed_math,
+            "tests": list(job.tests), "entry_points": list(job.entry_points), "pre": pre, "style": job.style,
+            "setup": needed_setup(job.setup, job.tests) if job.style == "assert" else job.setup, "seed_math": job.seed_math,
             "test_timeout_s": job.test_timeout_s, "max_timeouts": job.max_timeouts, "load_timeout_s": self.limits.wall_time_s + 1.0,
             "limits": {"memory_bytes": 2 * self.limits.memory_bytes, "cpu_time_s": self.limits.cpu_time_s, "core_bytes": 0},
         }
