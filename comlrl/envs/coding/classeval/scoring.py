@@ -125,8 +125,9 @@ def test_reports(sandbox: Sandbox, jobs: Sequence[Optional[TestJob]], cache: Det
     """Each job's report (None for no job): cached ones reused, the others run in one batch."""
     keys = [None if job is None else (job.code, job.setup, job.tests, job.test_timeout_s, job.max_timeouts) for job in jobs]
     missing = [i for i, key in enumerate(keys) if key is not None and cache.get(key) is None]
-    for i, report in zip(missing, sandbox.run_many([jobs[i] for i in missing])):
-        cache.put(keys[i], report)
+    if missing:
+        for i, report in zip(missing, sandbox.run_many([jobs[i] for i in missing])):
+            cache.put(keys[i], report)
     return [None if key is None else cache.get(key) for key in keys]
 
 
