@@ -217,6 +217,24 @@ def test_a_failing_class_fixture_fails_its_tests_and_a_missing_test_fails(level)
     assert report.results[0].error_type == "RuntimeError" and report.results[3].error_type == "LookupError"
 
 
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_tests_files_are_their_own_and_go_with_the_job(level, tmp_path, monkeypatch):
+    """The checker runs a unittest job in a fresh directory of its own (a fixture writing a file lands
+    there, not in /), which the class does not see and which is removed with the job."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = "import os\n\nclass Reader:\n    def exists(self, path):\n        return os.path.exists(path)\n"
+    tests = ("import os\nimport unittest\n\nclass T(unittest.TestCase):\n    def test_a_write(self):\n"
+             "        with open('probe.txt', 'w') as handle:\n            handle.write('x')\n"
+             "        self.assertTrue(os.path.exists('probe.txt'))\n        self.assertNotEqual(os.getcwd(), '/')\n\n"
+             "    def test_b_the_class_does_not_see_it(self):\n        self.assertFalse(Reader().exists('probe.txt'))\n")
+    report = sandbox(level).run(TestJob(code=code, tests=["T.test_a_write", "T.test_b_the_class_does_not_see_it"], setup=tests,
+                                        entry_points=("Reader",), style="unittest"))
+    assert [r.status for r in report.results] == ["pass", "pass"], report.results
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_unittest_job_is_checked():
     with pytest.raises(ValueError, match="ids 'TestClass.test_method'"):
         TestJob(code=CODE, tests=["assert Thing(1)"], setup=TESTS, entry_points=("Thing",), style="unittest")
