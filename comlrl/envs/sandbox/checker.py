@@ -18,17 +18,16 @@ each entry point the candidate defined, a proxy (``RemoteFunction`` ...) that ca
 and an entry point never replaces a name of the test module. Each assert then runs here with a
 per-test alarm, exactly as the original reward: after ``max_timeouts`` timeouts the rest are
 skipped; with ``pre`` (the trainer's split of ``assert name(args) == expected``) ``name(args)`` and
-``expected`` are first evaluated on their own. A ``"unittest"`` job (class-level tasks) has the
-test module as its ``setup`` and test ids (``"TestClass.test_method"``) as its ``tests``: each runs
-as unittest runs it, its outcome recorded here (``unittest_runner.py``); the test reads, sets and
-deletes attributes of the candidate's objects through their proxies (``getattr`` / ``setattr`` /
-``delattr`` requests) and calls their methods as references.
+``expected`` are first evaluated on their own. A ``"unittest"`` job (class-level tasks): ``setup``
+is the test module, ``tests`` its test ids, each run as unittest runs it and its outcome recorded
+here (``unittest_runner.py``); tests use the candidate's objects through proxies (attributes by
+``getattr`` / ``setattr`` / ``delattr``, methods as references).
 
 Every reply is checked against the request it answers (``protocol.py``; ``Link.interpret``): its id
 and request, a reply kind that request allows, and a value of the right type (an iterator for
 ``iter``, an int >= 0 for ``len``, a bool for ``bool``, None for ``setattr`` and ``delattr``,
-mutated arguments that are the arguments passed). Anything else is a protocol violation: the assert at hand fails and the candidate is asked
-nothing more. A candidate's exception becomes an exception of the same builtin type (else a new
+mutated arguments that are the arguments passed). Anything else is a protocol violation: the assert
+at hand fails and the candidate is asked nothing more. A candidate's exception becomes an exception of the same builtin type (else a new
 ``Exception`` subclass of that name), never StopIteration, SystemExit or KeyboardInterrupt, so
 nothing it sends is control flow here: only the answer ``end`` to a ``next`` ends an iteration.
 What crosses is decoded by ``wire.decode`` (plain data within size and depth limits) while the
@@ -97,19 +96,16 @@ def remote_exception(name: str, message: str) -> Exception:
 # ----------------------------------------------------------------------------- proxies
 
 
-OWN = frozenset(("_sbx_link", "_sbx_handle", "_sbx_name"))
-"""A proxy's own attributes (every other attribute name is the candidate object's)."""
+OWN = frozenset(("_sbx_link", "_sbx_handle", "_sbx_name"))  # a proxy's own attributes; any other name is the candidate's
 
 
 class Remote:
     """An object kept by the candidate; every use is a request over the pipes.
 
-    Only requests that send nothing of the test's own values but its inputs are offered: a call
-    (its arguments are the test's inputs, as in any call), ``next``, ``iter``, ``len``, ``bool``,
-    and reading, setting (to a value the test gives) and deleting an attribute by name. Equality,
-    ordering, hashing, ``in``, ``str`` and ``isinstance`` are the checker's own (identity; ``in``
-    iterates here), so an expected value never reaches the candidate. The proxy's own names start
-    with ``_sbx_``, so a candidate's attribute of any other name (``kind``, ``_name``) is its own."""
+    Only requests that send nothing of the test's but its inputs: a call, ``next``, ``iter``, ``len``,
+    ``bool``, and reading, setting (to a value the test gives) and deleting an attribute by name.
+    Equality, ordering, hashing, ``in``, ``str`` and ``isinstance`` are the checker's own (identity;
+    ``in`` iterates here), so an expected value never reaches the candidate."""
 
     __slots__ = tuple(sorted(OWN))
     _sbx_kind = b"o"
@@ -453,21 +449,27 @@ def run_tests(job: dict, env: dict, link: Link) -> None:
         except BaseException as exc:  # noqa: BLE001 - the assert failed, however
             alarm.stop()
             record.update(status="fail", **error_fields(exc))
-        if link.dead:  # the candidate went away or broke the protocol during this test: the rest are not run
-            if link.violated:
-                emit(dict(record, status="fail", error_type="ProtocolViolation", error_message=link.dead))
-            emit({"event": "candidate", "state": link.dead})
+        if not report_test(link, record):
             return
-        emit(record)
+
+
+def report_test(link: Link, record: dict) -> bool:
+    """Emit a test's record; False (a violation fails it; the rest are not run) when the candidate is gone."""
+    if link.dead:
+        if link.violated:
+            emit(dict(record, status="fail", error_type="ProtocolViolation", error_message=link.dead))
+        emit({"event": "candidate", "state": link.dead})
+        return False
+    emit(record)
+    return True
 
 
 def run_unittests(job: dict, env: dict, link: Link) -> None:
     """A ``style: "unittest"`` job (class-level tasks): ``unittest_runner.py`` beside this file."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import unittest_runner  # only these jobs pay for importing unittest
-
     sys.path.pop(0)
-    unittest_runner.run(job, env, link, alarm=Alarm(), emit=emit, error_fields=error_fields, timeout_type=TestTimeout)
+    unittest_runner.run(job, env, link, alarm=Alarm(), report=report_test, error_fields=error_fields, timeout_type=TestTimeout)
 
 
 def main() -> None:

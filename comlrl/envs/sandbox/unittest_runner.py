@@ -105,8 +105,9 @@ class Fixtures:
             self.alarm.stop()
 
 
-def run(job: dict, env: dict, link, *, alarm, emit, error_fields, timeout_type: type) -> None:
-    """Run the job's tests (see the module docstring), emitting one ``test`` record each."""
+def run(job: dict, env: dict, link, *, alarm, report, error_fields, timeout_type: type) -> None:
+    """Run the job's tests (see the module docstring); ``report(link, record)`` emits each test's
+    record (False: the candidate is gone)."""
     seconds = float(job.get("test_timeout_s", 10.0))
     limit = int(job.get("max_timeouts", 3))
     fixtures = Fixtures(alarm, seconds)
@@ -135,12 +136,8 @@ def run(job: dict, env: dict, link, *, alarm, emit, error_fields, timeout_type: 
         if outcome.error is not None:
             record.update(error_fields(outcome.error))
         timeouts += record["status"] == "timeout"
-        if link.dead:  # the candidate went away or broke the protocol during this test: the rest are not run
-            if link.violated:
-                emit(dict(record, status="fail", error_type="ProtocolViolation", error_message=link.dead))
-            emit({"event": "candidate", "state": link.dead})
+        if not report(link, record):  # the candidate went away or broke the protocol: the rest are not run
             return
-        emit(record)
     if not link.dead:
         link.deadline = time.monotonic() + seconds
         fixtures.leave()

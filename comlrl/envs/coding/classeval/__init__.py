@@ -21,8 +21,8 @@ from comlrl.envs.base import (
     DetailCache, Environment, EnvironmentSpec, RowIndex, batch_scorer, check_options, normalize_prompt, option, reward_from_details,
 )
 from comlrl.envs.coding.classeval import prompts, scoring
-from comlrl.envs.sandbox import Sandbox, SandboxLimits
-from comlrl.envs.sandbox.isolation import check_isolation_name, resolve_isolation
+from comlrl.envs.coding.sandbox_options import SandboxOptions, check_sandbox_options, sandbox_of
+from comlrl.envs.sandbox import Sandbox
 from comlrl.envs.sources import DatasetSource, load_rows
 
 __all__ = ["CLASSEVAL", "ClassEvalOptions"]
@@ -32,7 +32,7 @@ DATA = DatasetSource("FudanSELab/ClassEval", "test[:66]", "test[66:82]", "classe
 
 
 @dataclass
-class ClassEvalOptions:
+class ClassEvalOptions(SandboxOptions):
     """Options of the ClassEval environment (``get_environment("classeval", **options)``)."""
 
     num_turns: int = option(2, None, "Turns per episode (the run config's trainer section); >1 adds the feedback transition.")
@@ -42,33 +42,18 @@ class ClassEvalOptions:
     previous_response: bool = option(True, "external.previous_response", "Show the agent's earlier responses (its own methods only) in later turns.")
     test_timeout_s: float = option(40.0, "sandbox.test_timeout_s", "Alarm per unittest test (original: 40 s).")
     max_timeouts: int = option(3, "sandbox.max_timeouts", "Skip a class's remaining tests after this many timeouts (original: 3).")
-    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto or bwrap (bubblewrap; refused when missing) or none (no containment: explicit opt-in).")
-    workers: Optional[int] = option(None, "sandbox.workers", "Classes tested in parallel (None: one per CPU core).")
     wall_time_s: Optional[float] = option(None, "sandbox.wall_time_s", "Wall-clock limit per class (None: test_timeout_s x max_timeouts + 5, the original's 125 s).")
-    memory_mb: int = option(1024, "sandbox.memory_mb", "Address-space limit per candidate, MiB.")
 
     def __post_init__(self) -> None:
         check_options(self, modes=prompts.MODES, aliases=prompts.MODE_ALIASES, agent_counts=(1, 2),
                       flags=("original_prompt", "previous_response"))
-        self.isolation = check_isolation_name(self.isolation, "isolation (sandbox.isolation)")
-        resolve_isolation(self.isolation)  # no bubblewrap and no explicit opt-out: refused here, before any model loads
-        for name in ("test_timeout_s", "memory_mb"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name} (sandbox.{name}) must be a positive number, got {value!r}.")
-        if isinstance(self.max_timeouts, bool) or not isinstance(self.max_timeouts, int) or self.max_timeouts < 1:
-            raise ValueError(f"max_timeouts (sandbox.max_timeouts) must be an integer >= 1, got {self.max_timeouts!r}.")
-        wall = self.wall_time_s
-        if wall is not None and (isinstance(wall, bool) or not isinstance(wall, (int, float)) or wall <= 0):
-            raise ValueError(f"wall_time_s (sandbox.wall_time_s) must be a positive number or null, got {wall!r}.")
+        check_sandbox_options(self)
 
     def settings(self) -> scoring.TestSettings:
         return scoring.TestSettings(float(self.test_timeout_s), self.max_timeouts)
 
     def sandbox(self) -> Sandbox:
-        wall = self.wall_time_s or self.test_timeout_s * self.max_timeouts + 5.0
-        limits = SandboxLimits(wall_time_s=wall, cpu_time_s=wall, memory_bytes=int(self.memory_mb) << 20)
-        return Sandbox(limits, isolation=self.isolation, workers=self.workers)
+        return sandbox_of(self, self.test_timeout_s * self.max_timeouts + 5.0)  # the original's outer timeout
 
 
 def with_prompt(row: Mapping[str, Any]) -> Dict[str, Any]:
