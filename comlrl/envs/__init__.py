@@ -3,7 +3,7 @@
 ```python
 from comlrl.envs import get_environment, list_environments
 
-list_environments()  # ['arxiv', 'coophumaneval', 'housebuild', 'humaneval', 'mbpp', 'strbuild', 'tldr']
+list_environments()  # ['arxiv', 'classeval', 'coophumaneval', 'housebuild', 'humaneval', 'mbpp', 'strbuild', 'tldr']
 env = get_environment("humaneval", num_turns=2, external_mode="level_feedback")
 train = env.load_dataset("train", offline=True)
 prompts = [f(train[0]) for f in env.formatters]

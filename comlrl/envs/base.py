@@ -420,7 +420,8 @@ def reward_from_details(details_fn: Callable[..., List[Dict[str, float]]], key: 
 # the ready tasks, each imported when first asked for
 for _name, _spec in (("tldr", "comlrl.envs.writing:TLDR"), ("arxiv", "comlrl.envs.writing:ARXIV"),
                      ("humaneval", "comlrl.envs.coding:HUMANEVAL"), ("coophumaneval", "comlrl.envs.coding:COOPHUMANEVAL"),
-                     ("mbpp", "comlrl.envs.coding:MBPP"), ("strbuild", "comlrl.envs.minecraft:STRBUILD"),
+                     ("mbpp", "comlrl.envs.coding:MBPP"), ("classeval", "comlrl.envs.coding.classeval:CLASSEVAL"),
+                     ("strbuild", "comlrl.envs.minecraft:STRBUILD"),
                      ("housebuild", "comlrl.envs.minecraft:HOUSEBUILD")):
     register_environment(_name, _spec)
 del _name, _spec

@@ -1,7 +1,8 @@
 """The documented ``comlrl train`` commands and environment examples run as written (models substituted).
 
 README: the pasted commands resolve (``--dry-run``, their hub models are not loaded); the offline demos
-run end to end with the embedded model ("default") replaced by a tiny local chat model.
+(README's and docs/environments.md's) run end to end with the embedded model ("default") replaced by a
+tiny local chat model.
 docs/environments.md: every Python block runs; docs/preference.md: its example runs.
 """
 
@@ -31,15 +32,26 @@ def readme_section():
     return match.group(1)
 
 
-def commands(block_language):
-    blocks = re.findall(rf"```{block_language}\n(.*?)```", readme_section(), flags=re.S)
+def commands(block_language, text=None):
+    blocks = re.findall(rf"```{block_language}\n(.*?)```", readme_section() if text is None else text, flags=re.S)
     lines = [line for block in blocks for line in block.splitlines() if line.startswith("comlrl train ")]
     assert lines
     return [shlex.split(line)[1:] for line in lines]
 
 
+def demo_commands():
+    """The offline demos: README's, and those of docs/environments.md (ClassEval's)."""
+    return commands("bash") + commands("bash", read("docs/environments.md"))
+
+
 @pytest.mark.parametrize("argv", commands("text"), ids=lambda a: a[2])
 def test_pasted_commands_resolve(argv, capsys):
+    assert main([*argv, "--dry-run", "--json"]) == 0
+    assert '"trainer"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", commands("bash", read("docs/environments.md")), ids=lambda a: a[2])
+def test_environment_demo_commands_resolve(argv, capsys):
     assert main([*argv, "--dry-run", "--json"]) == 0
     assert '"trainer"' in capsys.readouterr().out
 
@@ -49,7 +61,7 @@ def test_pasted_commands_resolve(argv, capsys):
 @no_signal_expected
 @bundled_bf16_expected
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", commands("bash"), ids=lambda a: a[2])
+@pytest.mark.parametrize("argv", demo_commands(), ids=lambda a: a[2])
 def test_offline_demos_run(argv, chat_models, tmp_path, monkeypatch):
     import comlrl.models.default_model
 

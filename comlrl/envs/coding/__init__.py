@@ -22,15 +22,15 @@ from comlrl.envs.coding import analysis
 from comlrl.envs.coding.expert import ExpertEditor, ExpertSettings, resolve_settings
 from comlrl.envs.coding.feedback import MODE_ALIASES, MODES, CodeTransition
 from comlrl.envs.coding.rewards import CodeQuirkFixes, code_details, row_fields
-from comlrl.envs.sandbox import Sandbox, SandboxLimits
-from comlrl.envs.sandbox.isolation import check_isolation_name, resolve_isolation
+from comlrl.envs.coding.sandbox_options import SandboxOptions, check_sandbox_options, sandbox_of
+from comlrl.envs.sandbox import Sandbox
 from comlrl.envs.sources import DatasetSource, load_rows
 
 __all__ = ["HUMANEVAL", "COOPHUMANEVAL", "MBPP", "CodeOptions"]
 
 
 @dataclass
-class CodeOptions:
+class CodeOptions(SandboxOptions):
     """Options of the code environments (``get_environment("humaneval", **options)``)."""
 
     num_turns: int = option(2, None, "Turns per episode (the run config's trainer section); >1 adds the feedback transition.")
@@ -54,24 +54,13 @@ class CodeOptions:
     fix_assert_pre_evaluation: bool = option(False, "reward.fix_assert_pre_evaluation", "Run each assert as written (original: also evaluates a regex split of it first).")
     test_timeout_s: float = option(10.0, "sandbox.test_timeout_s", "Alarm per assert (original: 10 s).")
     max_timeouts: int = option(3, "sandbox.max_timeouts", "Skip a candidate's remaining asserts after this many timeouts (original: 3).")
-    isolation: str = option("auto", "sandbox.isolation", "Sandbox isolation: auto or bwrap (bubblewrap; refused when missing) or none (no containment: explicit opt-in).")
-    workers: Optional[int] = option(None, "sandbox.workers", "Candidates tested in parallel (None: one per CPU core).")
     wall_time_s: Optional[float] = option(None, "sandbox.wall_time_s", "Wall-clock limit per candidate (None: test_timeout_s x (max_timeouts + 1) + 10).")
-    memory_mb: int = option(1024, "sandbox.memory_mb", "Address-space limit per candidate, MiB.")
 
     def __post_init__(self) -> None:
         check_options(self, modes=MODES, aliases=MODE_ALIASES, agent_counts=(1, 2), flags=(
             "original_prompt", "previous_response", "fix_ignored_aux_call", "fix_wrapper_check", "fix_assert_pre_evaluation"))
         self.sandbox_slice = _slice_count(self.sandbox_slice)
-        self.isolation = check_isolation_name(self.isolation, "isolation (sandbox.isolation)")
-        resolve_isolation(self.isolation)  # no bubblewrap and no explicit opt-out: refused here, before any model loads
-        for name in ("test_timeout_s", "memory_mb"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}.")
-        if isinstance(self.max_timeouts, bool) or not isinstance(self.max_timeouts, int) or self.max_timeouts < 1:
-            raise ValueError(f"max_timeouts must be an integer >= 1, got {self.max_timeouts!r}.")
-
+        check_sandbox_options(self)
         self.expert_settings()
 
     def expert_settings(self) -> Optional[ExpertSettings]:
@@ -88,9 +77,7 @@ class CodeOptions:
         return CodeQuirkFixes(self.fix_ignored_aux_call, self.fix_wrapper_check, self.fix_assert_pre_evaluation)
 
     def sandbox(self) -> Sandbox:
-        wall = self.wall_time_s or self.test_timeout_s * (self.max_timeouts + 1) + 10.0
-        limits = SandboxLimits(wall_time_s=wall, cpu_time_s=wall, memory_bytes=int(self.memory_mb) << 20)
-        return Sandbox(limits, isolation=self.isolation, workers=self.workers)
+        return sandbox_of(self, self.test_timeout_s * (self.max_timeouts + 1) + 10.0)
 
 
 def _slice_count(value: Any) -> Optional[int]:

@@ -145,10 +145,10 @@ def code_details(
     """
     for row in rows:
         row_fields(row)  # a malformed row is the configuration's error: it raises, unlike anything a completion holds
-    parts = [_guarded(static_part, c1, c2, row, fixes, test_timeout_s, max_timeouts) for (c1, c2), row in zip(joints, rows)]
+    parts = [guarded("code reward", static_part, c1, c2, row, fixes, test_timeout_s, max_timeouts) for (c1, c2), row in zip(joints, rows)]
     pending = [i for i, part in enumerate(parts) if part is not None and part.job is not None]
     reports = dict(zip(pending, sandbox.run_many([parts[i].job for i in pending])))
-    out = [None if part is None else _guarded(finish, part, reports.get(i), fixes) for i, part in enumerate(parts)]
+    out = [None if part is None else guarded("code reward", finish, part, reports.get(i), fixes) for i, part in enumerate(parts)]
     return [details if details is not None else failed_details() for details in out]
 
 
@@ -160,13 +160,13 @@ def failed_details() -> Dict[str, float]:
     return dict.fromkeys(keys, 0.0)
 
 
-def _guarded(step, *args):
-    """``step(*args)``, or None (logged) if it raised: one joint response's analysis never costs
-    the rest of the batch, whatever its text. Every analysis is bounded (``analysis.py``); this is
-    the last line behind it."""
+def guarded(label: str, step, *args):
+    """``step(*args)``, or None (logged under ``label``) if it raised: one joint response's analysis
+    never costs the rest of the batch, whatever its text. Every analysis is bounded (``analysis.py``);
+    this is the last line behind it."""
     try:
         return step(*args)
     except Exception as error:  # noqa: BLE001 - scored as failing, the others as usual
-        logger.warning("code reward: a joint response could not be analysed (%s: %.200s); it scores 0",
-                       type(error).__name__, error)
+        logger.warning("%s: a joint response could not be analysed (%s: %.200s); it scores 0",
+                       label, type(error).__name__, error)
         return None

@@ -8,7 +8,8 @@ beside -- never inside -- the candidate's sandbox. Standard library only, plus `
 It reads the job (``wire``-encoded) from stdin:
 
     {"tests": [str], "entry_points": [str], "pre": [(call, expected) or None] or None, "setup": str,
-     "seed_math": bool, "test_timeout_s": float, "max_timeouts": int, "load_timeout_s": float, "limits": {...}}
+     "seed_math": bool, "test_timeout_s": float, "max_timeouts": int, "load_timeout_s": float, "limits": {...},
+     "style": "assert" | "unittest"}
 
 waits for the candidate's load reply and builds the asserts' globals: builtins, ``math`` with
 ``seed_math``, the trusted ``setup`` (the task's imports: the test module's own names), then, for
@@ -17,13 +18,16 @@ each entry point the candidate defined, a proxy (``RemoteFunction`` ...) that ca
 and an entry point never replaces a name of the test module. Each assert then runs here with a
 per-test alarm, exactly as the original reward: after ``max_timeouts`` timeouts the rest are
 skipped; with ``pre`` (the trainer's split of ``assert name(args) == expected``) ``name(args)`` and
-``expected`` are first evaluated on their own.
+``expected`` are first evaluated on their own. A ``"unittest"`` job (class-level tasks): ``setup``
+is the test module, ``tests`` its test ids, each run as unittest runs it and its outcome recorded
+here (``unittest_runner.py``); tests use the candidate's objects through proxies (attributes by
+``getattr`` / ``setattr`` / ``delattr``, methods as references).
 
 Every reply is checked against the request it answers (``protocol.py``; ``Link.interpret``): its id
 and request, a reply kind that request allows, and a value of the right type (an iterator for
-``iter``, an int >= 0 for ``len``, a bool for ``bool``, mutated arguments that are the arguments
-passed). Anything else is a protocol violation: the assert at hand fails and the candidate is asked
-nothing more. A candidate's exception becomes an exception of the same builtin type (else a new
+``iter``, an int >= 0 for ``len``, a bool for ``bool``, None for ``setattr`` and ``delattr``,
+mutated arguments that are the arguments passed). Anything else is a protocol violation: the assert
+at hand fails and the candidate is asked nothing more. A candidate's exception becomes an exception of the same builtin type (else a new
 ``Exception`` subclass of that name), never StopIteration, SystemExit or KeyboardInterrupt, so
 nothing it sends is control flow here: only the answer ``end`` to a ``next`` ends an iteration.
 What crosses is decoded by ``wire.decode`` (plain data within size and depth limits) while the
@@ -92,60 +96,81 @@ def remote_exception(name: str, message: str) -> Exception:
 # ----------------------------------------------------------------------------- proxies
 
 
+OWN = frozenset(("_sbx_link", "_sbx_handle", "_sbx_name"))  # a proxy's own attributes; any other name is the candidate's
+
+
 class Remote:
     """An object kept by the candidate; every use is a request over the pipes.
 
-    Only requests that send nothing of the test's own values are offered: a call (its arguments
-    are the test's inputs, as in any call), ``next``, ``iter``, ``len`` and ``bool``. Equality,
-    ordering, hashing, ``in`` and ``str`` are the checker's own (identity; ``in`` iterates here),
-    so an expected value never reaches the candidate."""
+    Only requests that send nothing of the test's but its inputs: a call, ``next``, ``iter``, ``len``,
+    ``bool``, and reading, setting (to a value the test gives) and deleting an attribute by name.
+    Equality, ordering, hashing, ``in``, ``str`` and ``isinstance`` are the checker's own (identity;
+    ``in`` iterates here), so an expected value never reaches the candidate."""
 
-    __slots__ = ("_link", "_handle", "_name")
-    kind = b"o"
+    __slots__ = tuple(sorted(OWN))
+    _sbx_kind = b"o"
 
     def __init__(self, link: Link, handle: int, name: str = ""):
-        self._link = link
-        self._handle = handle
-        self._name = name
+        self._sbx_link = link
+        self._sbx_handle = handle
+        self._sbx_name = name
 
     def __repr__(self) -> str:
-        return f"<sandboxed {type(self).__name__} {self._name or self._handle}>"
+        return f"<sandboxed {type(self).__name__} {self._sbx_name or self._sbx_handle}>"
 
     def __bool__(self) -> bool:
-        return self._link.request("bool", self._handle)
+        return self._sbx_link.request("bool", self._sbx_handle)
 
     def __len__(self) -> int:
-        return self._link.request("len", self._handle)
+        return self._sbx_link.request("len", self._sbx_handle)
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_sbx_"):  # a slot not yet set: never the candidate's
+            raise AttributeError(name)
+        return self._sbx_link.request("getattr", self._sbx_handle, (name,))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in OWN:
+            object.__setattr__(self, name, value)
+        else:
+            self._sbx_link.request("setattr", self._sbx_handle, (name, value))
+
+    def __delattr__(self, name: str) -> None:
+        if name in OWN:
+            raise AttributeError(f"{name} of a sandboxed object cannot be deleted")
+        self._sbx_link.request("delattr", self._sbx_handle, (name,))
 
 
 class RemoteFunction(Remote):
+    """A function, a class or a bound method of the candidate: calling it is a ``call``."""
+
     __slots__ = ()
-    kind = b"f"
+    _sbx_kind = b"f"
 
     def __call__(self, *args: object, **kwargs: object) -> object:
-        return self._link.request("call", self._handle, args, kwargs)
+        return self._sbx_link.request("call", self._sbx_handle, args, kwargs)
 
 
 class RemoteIterator(Remote):
     __slots__ = ()
-    kind = b"i"
+    _sbx_kind = b"i"
 
     def __iter__(self) -> RemoteIterator:
         return self
 
     def __next__(self) -> object:
-        return self._link.request("next", self._handle)
+        return self._sbx_link.request("next", self._sbx_handle)
 
 
 class RemoteIterable(Remote):
     __slots__ = ()
-    kind = b"r"
+    _sbx_kind = b"r"
 
     def __iter__(self) -> object:
-        return self._link.request("iter", self._handle)
+        return self._sbx_link.request("iter", self._sbx_handle)
 
 
-PROXIES = {cls.kind: cls for cls in (Remote, RemoteFunction, RemoteIterator, RemoteIterable)}
+PROXIES = {cls._sbx_kind: cls for cls in (Remote, RemoteFunction, RemoteIterator, RemoteIterable)}
 PLAIN_MUTABLE = (list, dict, set)
 
 
@@ -168,9 +193,12 @@ class Link:
     VALUE_CHECKS = {
         "call": lambda link, value: True,
         "next": lambda link, value: True,
-        "iter": lambda link, value: type(value) is RemoteIterator and value._link is link,
+        "iter": lambda link, value: type(value) is RemoteIterator and value._sbx_link is link,
         "len": lambda link, value: type(value) is int and 0 <= value <= sys.maxsize,
         "bool": lambda link, value: type(value) is bool,
+        "getattr": lambda link, value: True,
+        "setattr": lambda link, value: value is None,
+        "delattr": lambda link, value: value is None,
     }
     """op -> whether a ``value`` reply holds a valid answer to it (see protocol.REQUESTS)."""
 
@@ -193,8 +221,8 @@ class Link:
         return proxy
 
     def as_ref(self, obj: object) -> wire.Ref | None:
-        if isinstance(obj, Remote) and obj._link is self:
-            return wire.Ref(obj.kind, obj._handle)
+        if isinstance(obj, Remote) and obj._sbx_link is self:
+            return wire.Ref(obj._sbx_kind, obj._sbx_handle)
         return None
 
     def fail(self, why: str) -> None:
@@ -353,6 +381,8 @@ def test_globals(job: dict, exports: dict) -> dict:
     """Builtins, ``math`` (seed_math), the trusted setup (the test module's names), then a proxy (or
     the value) of each entry point the candidate defined that the test module does not define itself."""
     env = {"__builtins__": builtins}
+    if job.get("style") == "unittest":
+        env["__name__"] = "sandbox_tests"  # the test module's name (its TestCase classes' __module__)
     if job.get("seed_math"):
         import math
 
@@ -362,8 +392,8 @@ def test_globals(job: dict, exports: dict) -> dict:
     for name in job["entry_points"]:
         if name in exports and name not in own:
             value = exports[name]
-            if isinstance(value, Remote) and not value._name:
-                value._name = name
+            if isinstance(value, Remote) and not value._sbx_name:
+                value._sbx_name = name
             env[name] = value
     return env
 
@@ -419,12 +449,27 @@ def run_tests(job: dict, env: dict, link: Link) -> None:
         except BaseException as exc:  # noqa: BLE001 - the assert failed, however
             alarm.stop()
             record.update(status="fail", **error_fields(exc))
-        if link.dead:  # the candidate went away or broke the protocol during this test: the rest are not run
-            if link.violated:
-                emit(dict(record, status="fail", error_type="ProtocolViolation", error_message=link.dead))
-            emit({"event": "candidate", "state": link.dead})
+        if not report_test(link, record):
             return
-        emit(record)
+
+
+def report_test(link: Link, record: dict) -> bool:
+    """Emit a test's record; False (a violation fails it; the rest are not run) when the candidate is gone."""
+    if link.dead:
+        if link.violated:
+            emit(dict(record, status="fail", error_type="ProtocolViolation", error_message=link.dead))
+        emit({"event": "candidate", "state": link.dead})
+        return False
+    emit(record)
+    return True
+
+
+def run_unittests(job: dict, env: dict, link: Link) -> None:
+    """A ``style: "unittest"`` job (class-level tasks): ``unittest_runner.py`` beside this file."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import unittest_runner  # only these jobs pay for importing unittest
+    sys.path.pop(0)
+    unittest_runner.run(job, env, link, alarm=Alarm(), report=report_test, error_fields=error_fields, timeout_type=TestTimeout)
 
 
 def main() -> None:
@@ -442,7 +487,7 @@ def main() -> None:
             emit({"event": "load", "ok": False, **error_fields(exc)})
         else:
             emit({"event": "load", "ok": True})
-            run_tests(job, env, link)
+            (run_unittests if job.get("style") == "unittest" else run_tests)(job, env, link)
     try:
         wire.write_frame(request_fd, wire.encode(("exit", link.rid + 1)), time.monotonic() + 0.05)
     except (OSError, TimeoutError, wire.ChannelClosed):

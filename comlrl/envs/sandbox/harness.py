@@ -30,7 +30,8 @@ or a value that could not be sent.
 
 Each request runs under a ``budget_s`` alarm that raises ``TestTimeout`` (a BaseException, so
 ``except Exception`` in candidate code does not swallow it). Functions, iterators, other iterables
-and any other object that is not plain data travel as references kept in a table here; lists,
+and any other object that is not plain data (a class and its instances) travel as references kept
+in a table here, whose attributes the checker may read, set and delete by name; lists,
 dicts and sets passed as arguments come back after a call, so the checker can mirror in-place
 mutation. None of this is trusted: the candidate's code runs in this process and can rewrite any
 of it, which is why the checker checks every reply against the request it answers.
@@ -178,6 +179,12 @@ def set_limits(limits: dict) -> None:
 # ----------------------------------------------------------------------------- the server
 
 
+class _Probe:
+    def method(self) -> None:
+        """Only here to name the type of bound methods (importing ``types`` would cost every job)."""
+
+
+MethodType = type(_Probe().method)
 MUTABLE = (list, dict, set)
 """Argument types whose state after a call goes back to the checker (which mirrors it); the checker
 sends them as exactly these types (a reference to a candidate object is never one of them)."""
@@ -209,14 +216,17 @@ class Server:
             raise TestTimeout("test execution timed out")
 
     def as_ref(self, obj: object, kind: bytes | None = None) -> wire.Ref:
-        """A reference for an object that is not plain data: a function, iterator, iterable or other."""
-        handle = self.handles.get(id(obj))
+        """A reference for an object that is not plain data: a function, iterator, iterable or other.
+        A bound method is new at every attribute read: it is known by its object and function, so
+        calling ``obj.method`` in a loop hands out one reference, not one per call."""
+        key = ("method", id(obj.__self__), id(obj.__func__)) if type(obj) is MethodType else id(obj)
+        handle = self.handles.get(key)
         if handle is None:
             if len(self.objects) >= MAX_HANDLES:
                 raise wire.WireError(f"more than {MAX_HANDLES} objects handed out")
             handle = len(self.objects)
-            self.objects.append(obj)
-            self.handles[id(obj)] = handle
+            self.objects.append(obj)  # keeps it (and a method's object and function) alive: ids stay unique
+            self.handles[key] = handle
         return wire.Ref(kind or _kind(obj), handle)
 
     def lookup(self, kind: bytes, handle: int) -> object:
@@ -256,6 +266,9 @@ class Server:
         "iter": lambda target, args, kwargs: iter(target),
         "len": lambda target, args, kwargs: len(target),
         "bool": lambda target, args, kwargs: bool(target),
+        "getattr": lambda target, args, kwargs: getattr(target, args[0]),
+        "setattr": lambda target, args, kwargs: setattr(target, args[0], args[1]),
+        "delattr": lambda target, args, kwargs: delattr(target, args[0]),
     }
 
     def answer(self, op: str, rid: int, target: object, args: tuple, kwargs: dict, budget: float) -> bytes:

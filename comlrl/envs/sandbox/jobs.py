@@ -75,6 +75,9 @@ class TestJob:
     entry_points: Sequence[str] = ()
     """The names of the code the tests call (a task's entry point): the only names of the code the
     asserts see. Required."""
+    style: str = "assert"
+    """"assert": each test is an assert statement. "unittest" (class-level tasks): ``setup`` is the
+    test module and each test an id ``"TestClass.test_method"`` of it, run as unittest runs it."""
 
     def __post_init__(self) -> None:
         names = self.entry_points
@@ -82,6 +85,13 @@ class TestJob:
             raise ValueError(f"TestJob.entry_points must name the function(s) of the code the tests call, e.g. "
                              f"entry_points=('add',); got {names!r}. No other name of the code is visible to the tests.")
         object.__setattr__(self, "entry_points", tuple(names))
+        if self.style not in ("assert", "unittest"):
+            raise ValueError(f"TestJob.style must be 'assert' or 'unittest', got {self.style!r}.")
+        if self.style == "unittest":
+            bad = [t for t in self.tests if not (isinstance(t, str) and t.count(".") == 1 and all(p.isidentifier() for p in t.split(".")))]
+            if bad or self.pre_evaluate:
+                raise ValueError(f"A unittest TestJob's tests are ids 'TestClass.test_method' of the test module (its setup), "
+                                 f"without pre_evaluate; got {bad[:3] or 'pre_evaluate=True'}.")
 
 
 @dataclass

@@ -9,7 +9,8 @@ flow (``checker.py`` turns it into a failed assert and stops talking to the cand
 
 Messages (``wire`` values; ``rid`` numbers the checker's requests, 0 is the load):
 
-    request  (op, rid, handle, args, kwargs, budget_s)       op in REQUESTS
+    request  (op, rid, handle, args, kwargs, budget_s)       op in REQUESTS; args of getattr / delattr:
+                                                            (name,), of setattr: (name, value)
     reply    (kind, rid, op, *fields)                       kind in REQUESTS[op]; fields per REPLY_FIELDS
     load     ("value", 0, "load", {entry point: value})    | ("raised", 0, "load", name, message)
     end      ("exit", rid)                                  the checker is done
@@ -23,11 +24,12 @@ Replies, and what each carries:
     timeout     nothing (the request's budget ran out in the candidate)
     unsendable  why the value could not be written (a str of at most MESSAGE_CAP characters)
 
-What a ``value`` must be depends on the request: a ``call`` or a ``next`` may return anything the
-wire carries; ``iter`` an iterator reference; ``len`` an int >= 0; ``bool`` a bool (``checker.py``,
-``Link.VALUE_CHECKS``). Adding a request kind (an attribute read or a method call on a candidate
-object, for class-level tasks) is one entry here, one handler in the harness (``Server.OPS``), one
-value check and one proxy method in the checker.
+What a ``value`` must be depends on the request: a ``call``, a ``next`` or a ``getattr`` (an
+attribute of a candidate object, by name) may return anything the wire carries; ``iter`` an
+iterator reference; ``len`` an int >= 0; ``bool`` a bool; ``setattr`` and ``delattr`` (an attribute
+set to a value the test gives, or deleted) None (``checker.py``, ``Link.VALUE_CHECKS``). A request
+kind is one entry here, one handler in the harness (``Server.OPS``), one value check and one proxy
+method in the checker.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ REQUESTS = {
     "iter": ("value", "raised", "timeout", "unsendable"),
     "len": ("value", "raised", "timeout"),
     "bool": ("value", "raised", "timeout"),
+    "getattr": ("value", "raised", "timeout", "unsendable"),
+    "setattr": ("value", "raised", "timeout"),
+    "delattr": ("value", "raised", "timeout"),
     LOAD: ("value", "raised"),
 }
 """op -> the reply kinds that answer it."""

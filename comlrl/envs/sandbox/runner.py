@@ -98,8 +98,10 @@ class Sandbox:
             request_r, request_w = parts.pipe()
             reply_r, reply_w = parts.pipe()
             candidate = parts.add(self._spawn_candidate(parts, request_r, reply_w))
-            checker = parts.add(self._spawn(["-I", "-S", "-B", CHECKER, str(request_w), str(reply_r)], (request_w, reply_r), "/",
-                                            {"PATH": PATH, "LANG": "C.UTF-8"}))
+            if job.style == "unittest":  # a test module's fixtures may write files: into a directory of the job's own
+                parts.checker_dir = _make_workdir()
+            checker = parts.add(self._spawn(["-I", "-S", "-B", CHECKER, str(request_w), str(reply_r)], (request_w, reply_r),
+                                            parts.checker_dir or "/", {"PATH": PATH, "LANG": "C.UTF-8"}))
             parts.close_child_ends()
             _feed(candidate, candidate_job)
             _feed(checker, wire.encode(self._checker_job(job)))
@@ -144,8 +146,8 @@ class Sandbox:
     def _checker_job(self, job: TestJob) -> Dict[str, object]:
         pre = [_pre_evaluation(test) for test in job.tests] if job.pre_evaluate else None
         return {
-            "tests": list(job.tests), "entry_points": list(job.entry_points), "pre": pre, "setup": needed_setup(job.setup, job.tests),
-            "seed_math": job.seed_math,
+            "tests": list(job.tests), "entry_points": list(job.entry_points), "pre": pre, "style": job.style,
+            "setup": needed_setup(job.setup, job.tests) if job.style == "assert" else job.setup, "seed_math": job.seed_math,
             "test_timeout_s": job.test_timeout_s, "max_timeouts": job.max_timeouts, "load_timeout_s": self.limits.wall_time_s + 1.0,
             "limits": {"memory_bytes": 2 * self.limits.memory_bytes, "cpu_time_s": self.limits.cpu_time_s, "core_bytes": 0},
         }
@@ -211,6 +213,7 @@ class _JobParts:
 
     def __init__(self, job_dir: Optional[str]):
         self.job_dir = job_dir
+        self.checker_dir: Optional[str] = None
         self.processes: List[subprocess.Popen] = []
         self.child_ends: List[int] = []
         self.own_ends: List[int] = []
@@ -263,8 +266,9 @@ class _JobParts:
         self.child_ends = self.own_ends = []
         if self.userns is not None:
             user_namespaces().release(self.userns)
-        if self.job_dir is not None:
-            remove_tree(self.job_dir)
+        for directory in (self.job_dir, self.checker_dir):
+            if directory is not None:
+                remove_tree(directory)
 
 
 # ----------------------------------------------------------------------------- helpers

@@ -42,7 +42,8 @@ def patch(forge: str) -> str:
 
 
 CODE = (
-    "class Bag:\n    def __len__(self):\n        return 2\n    def __bool__(self):\n        return False\n"
+    "class Bag:\n    size = 2\n    def __init__(self):\n        self.extra = 1\n"
+    "    def __len__(self):\n        return 2\n    def __bool__(self):\n        return False\n"
     "    def __iter__(self):\n        return iter([1, 2])\n"
     "def bag():\n    return Bag()\n"
     "def f(n, out=None):\n    if out is not None:\n        out.append(n)\n    return n - 1\n"
@@ -55,6 +56,9 @@ TESTS = [
     "assert len(bag()) == 2",
     "assert not bag()",
     "assert list(bag()) == [1, 2]",
+    "assert bag().size == 2",
+    "assert (lambda b: (setattr(b, 'size', 5), b.size)[1])(bag()) == 5",
+    "assert (lambda b: (delattr(b, 'extra'), hasattr(b, 'extra'))[1])(bag()) is False",
     "assert all(map(lambda n: f(n) == n, [1, 2]))",
 ]
 # name -> (the forged reply, the first assert it answers; list() asks a length first, as a length hint,
@@ -89,6 +93,13 @@ FORGED = {
     "iter_a_plain_list": ("('value', rid, op, [1, 2], [], {}) if op == 'iter' else None", 5),
     "iter_a_function": ("('value', rid, op, self.as_ref(len), [], {}) if op == 'iter' else None", 5),
     "iter_end": ("('end', rid, op) if op == 'iter' else None", 5),
+    "getattr_end": ("('end', rid, op) if op == 'getattr' else None", 6),
+    "getattr_answered_as_a_call": ("('value', rid, 'call', 2, [], {}) if op == 'getattr' else None", 6),
+    "getattr_with_a_mutation": ("('value', rid, op, 2, [(0, [])], {}) if op == 'getattr' else None", 6),
+    "setattr_answers_a_value": ("('value', rid, op, True, [], {}) if op == 'setattr' else None", 7),
+    "setattr_unsendable": ("('unsendable', rid, op, 'no') if op == 'setattr' else None", 7),
+    "delattr_answers_a_value": ("('value', rid, op, 0, [], {}) if op == 'delattr' else None", 8),
+    "delattr_end": ("('end', rid, op) if op == 'delattr' else None", 8),
 }
 
 
@@ -106,9 +117,10 @@ def reports(request):
 
 def test_the_honest_harness_answers_every_request(reports):
     honest, _ = reports
-    # f(1) == 0 and the mutation pass; the generator, len, bool and iter answers are right; f(n) == n fails honestly
-    assert [r.status for r in honest.results] == ["pass"] * 6 + ["fail"]
-    assert honest.results[6].error_type == "AssertionError" and honest.completed
+    # f(1) == 0 and the mutation pass; the generator, len, bool and iter answers are right; an attribute is read,
+    # set and deleted; f(n) == n fails honestly
+    assert [r.status for r in honest.results] == ["pass"] * 9 + ["fail"]
+    assert honest.results[9].error_type == "AssertionError" and honest.completed
 
 
 @pytest.mark.parametrize("name", list(FORGED))
@@ -124,7 +136,7 @@ def test_a_reply_that_answers_nothing_fails_the_assert_and_ends_the_job(name, re
 
 def test_every_request_kind_is_attacked():
     assert len(FORGED) >= 25
-    for op in ("call", "next", "len", "bool", "iter"):
+    for op in ("call", "next", "len", "bool", "iter", "getattr", "setattr", "delattr"):
         assert any(f"op == '{op}'" in forge for forge, _ in FORGED.values()), op
 
 
