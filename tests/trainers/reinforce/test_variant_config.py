@@ -1,6 +1,8 @@
 """The variant fields of MAGRPOConfig: validated against the registries (a user's own estimator or
 loss is selected by name and really used), and the refused combinations name the fields and the fix."""
 
+import re
+
 import pytest
 from tests.helpers.common import prompt_dataset as dataset
 from tests.helpers.common import snapshot
@@ -50,7 +52,12 @@ def test_user_registered_loss_and_estimator_train_from_a_config(tiny_paths):
     (dict(loss_type="dapo", epsilon_high=0.28, importance_clip_range=None), "epsilon_high needs importance_clip_range"),
     (dict(loss_type="dapo", epsilon_high=-1.0), "epsilon_high must be"),
     (dict(scale_rewards="batch", advantage_normalization=False), "scale_rewards='batch' needs advantage_normalization=True"),
-    (dict(scale_rewards="std"), "scale_rewards must be one of group, batch, none"),
+    (dict(scale_rewards="std"), "scale_rewards must be one of group, batch, agent, none"),
+    (dict(soft_overlong_cache=256), "soft_overlong_cache must be None or an integer in [1, max_new_tokens - 1] = [1, 255]"),
+    (dict(soft_overlong_cache=0), "soft_overlong_cache must be None"),
+    (dict(dynamic_sampling=True, advantage_grouping="agent_turn"), 'use advantage_grouping="node" or dynamic_sampling=False'),
+    (dict(dynamic_sampling=True, sequential_updates=True), "dynamic_sampling can keep one agent's group"),
+    (dict(overlong_filtering=1), "overlong_filtering must be True or False"),
     (dict(advantage_grouping="item"), "advantage_grouping must be one of node, agent_turn"),
     (dict(counterfactual_credit=True), 'counterfactual_credit needs joint_mode="cross"'),
     (dict(counterfactual_credit=True, joint_mode="cross", advantage_grouping="agent_turn"), 'use advantage_grouping="node"'),
@@ -59,7 +66,7 @@ def test_user_registered_loss_and_estimator_train_from_a_config(tiny_paths):
     (dict(sequential_updates=True, parallel_training="mp", agent_devices=["cpu", "cpu"]), 'parallel_training="mp"'),
 ])
 def test_refused_combinations(fields, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         MAGRPOConfig(num_agents=2, **fields)
 
 
@@ -110,9 +117,13 @@ def test_multi_agent_diagnostics_are_logged(tiny_paths):
 def test_marlhf_rl_phase_takes_the_variants_and_actor_critic_refuses_them():
     from comlrl.trainers.preference import MARLHFConfig
 
-    config = MARLHFConfig(loss_type="dapo", epsilon_high=0.28, scale_rewards="batch")
-    assert (config.loss_type, config.epsilon_high, config.scale_rewards) == ("dapo", 0.28, "batch")
+    config = MARLHFConfig(loss_type="dapo", epsilon_high=0.28, scale_rewards="batch", dynamic_sampling=True)
+    assert (config.loss_type, config.epsilon_high, config.scale_rewards, config.dynamic_sampling) == ("dapo", 0.28, "batch", True)
     with pytest.raises(ValueError, match="scale_rewards, sequential_updates: the MAGRPO-family learning variants need"):
         MARLHFConfig(rl_algorithm="maac", scale_rewards="none", sequential_updates=True)
+    with pytest.raises(ValueError, match="dynamic_sampling, soft_overlong_cache: the MAGRPO-family learning variants need"):
+        MARLHFConfig(rl_algorithm="iac", dynamic_sampling=True, soft_overlong_cache=8)
+    # the policy loss is every backend's: an actor-critic backend takes it
+    assert MARLHFConfig(rl_algorithm="iac", loss_type="grpo", epsilon_high=0.28).loss_type == "grpo"
     with pytest.raises(ValueError, match='counterfactual_credit needs joint_mode="cross"'):
         MARLHFConfig(counterfactual_credit=True)
