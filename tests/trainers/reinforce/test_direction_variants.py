@@ -7,19 +7,21 @@ said "b", so each agent's preferred completion is "b" whatever the other does.
 """
 
 import pytest
-import torch
 from tests.helpers.common import PROMPTS
 from tests.helpers.common import prompt_dataset as dataset
-from tests.helpers.direction import ONE_TOKEN, PREFERRED, assert_preference_learned, completion_logprobs, record_calls, two_token_policy
+from tests.helpers.direction import (
+    ONE_TOKEN,
+    PREFERRED,
+    assert_preference_learned,
+    completion_logprobs,
+    negated_mean_baseline,
+    record_calls,
+    two_token_policy,
+)
 
-from comlrl.core import get_advantage, register_advantage
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
 
-
-@register_advantage("test_negated_mean", replace=True)
-def _negated_mean(returns: torch.Tensor) -> torch.Tensor:
-    """The mean baseline with its sign flipped: what a sign bug in a variant would do."""
-    return -get_advantage("mean")(returns)
+NEGATED_MEAN = negated_mean_baseline()
 
 
 def shared_reward(c1, c2):
@@ -39,6 +41,8 @@ VARIANTS = {
     # so its default is tested on fresh groups and its stale path with a clip that leaves a gradient
     "gspo": dict(loss_type="gspo", rollout_buffer_size=2),
     "gspo_stale": dict(loss_type="gspo", importance_clip_range=0.2, epsilon_high=0.2, **STALE),
+    # DAPO complete but the overlong parts (every one-token completion here is truncated: test_dapo.py)
+    "dapo_dynamic_sampling": dict(loss_type="dapo", epsilon_high=0.28, dynamic_sampling=True, **STALE),
     "scale_batch": dict(scale_rewards="batch", rollout_buffer_size=2),
     "scale_agent": dict(scale_rewards="agent", rollout_buffer_size=2),
     "scale_none": dict(scale_rewards="none", rollout_buffer_size=2),
@@ -83,7 +87,7 @@ def test_variant_raises_the_rewarded_completion(tiny_paths, name):
 
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_variant_with_flipped_advantages_learns_the_other_way(tiny_paths, name):
-    before, after, _ = _train(tiny_paths, {**VARIANTS[name], "advantage_mode": "test_negated_mean"})
+    before, after, _ = _train(tiny_paths, {**VARIANTS[name], "advantage_mode": NEGATED_MEAN})
     flipped = {PREFERRED: "a", "a": PREFERRED}
     for b, a in zip(before, after):
         assert_preference_learned({flipped[k]: v for k, v in b.items()}, {flipped[k]: v for k, v in a.items()})
