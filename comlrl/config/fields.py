@@ -217,8 +217,9 @@ class PolicyLossFields(ConfigBase):
     epsilon_high: Optional[float] = None
     """Upper clip of stale samples' importance ratio, ``1 + epsilon_high`` (DAPO's clip-higher; the lower
     bound stays ``1 - importance_clip_range``), with any loss_type. None: symmetric. Under a loss with
-    a clip range of its own (gspo: 3e-4 / 4e-4) both bounds default to it when neither field is set,
-    and the config then holds the values used."""
+    a clip range of its own (gspo: 3e-4 / 4e-4), ``importance_clip_range`` defaults to its lower value
+    when unset and ``epsilon_high`` to its upper one when neither is set; the config then holds the
+    values used."""
 
     def _validate_policy_loss(self) -> None:
         """``loss_type`` against the registry, ``epsilon_high``, and the loss's own clip range as the

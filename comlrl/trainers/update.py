@@ -194,9 +194,11 @@ class _Totals:
         if any(o is not None for o in rows.old_logprobs):
             # over every row with sampling log-probs: on fresh rows the ratio only measures how closely
             # scoring reproduces the sampling log-probs (1 up to float noise)
-            diagnostics = dict(ratio=self.ratio / counted, clip_fraction=self.clip_fraction / counted,
-                               approx_kl=self.approx_kl / counted, stale_fraction=sum(rows.stale) / count,
+            diagnostics = dict(stale_fraction=sum(rows.stale) / count,
                                logprob_mismatch=self.mismatch / self.fresh_tokens if self.fresh_tokens else None)
+            if self.counted_tokens:  # the ratio's means over the tokens the loss counted (none: not logged)
+                diagnostics.update(ratio=self.ratio / counted, clip_fraction=self.clip_fraction / counted,
+                                   approx_kl=self.approx_kl / counted)
         if overlong_filtering:
             diagnostics["overlong_filtered_fraction"] = sum(rows.masked) / count
         return PolicyUpdate(self.loss, self.entropy / tokens, self.tokens / count, kl_loss=self.kl_loss,

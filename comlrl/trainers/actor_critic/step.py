@@ -286,7 +286,7 @@ class ActorCriticStep:
 
         A sample drawn before this actor's latest optimizer step (a later minibatch or pass over the
         same buffer) is importance-weighted with its sampling log-probs, clipped at
-        ``importance_clip_range``; fresh samples take the plain on-policy loss.
+        ``importance_clip_range`` (``epsilon_high`` above); fresh samples take the plain on-policy loss.
         """
         a = self.args
         policy = self.team.policies[agent]
