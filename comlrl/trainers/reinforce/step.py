@@ -35,6 +35,17 @@ def chunked(values: List[Any], size: int) -> Iterator[List[Any]]:
         yield values[start : start + size]
 
 
+def credit_metrics(minibatch: List[tuple]) -> Dict[str, float]:
+    """The advantages' and returns' statistics of a minibatch of (sample, [K] advantages) pairs: taken
+    over the whole (global) minibatch, so a data-parallel run logs what one process would (a rank's
+    share alone has another spread)."""
+    stacked = torch.cat([adv for _, adv in minibatch])
+    return {"advantage_std": float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0,
+            "advantage_abs_mean": float(stacked.abs().mean()),
+            "frac_zero_signal_groups": zero_signal_fraction([adv for _, adv in minibatch]),
+            "return_mean": float(torch.cat([s.returns for s, _ in minibatch]).mean())}
+
+
 class GroupStep:
     """The MAGRPO-family step (see the module docstring). ``reward``: what training rollouts are
     scored with (the task reward; MARLHF: its learned one)."""
@@ -210,8 +221,10 @@ class GroupStep:
             for minibatch in chunked(pairs, self.args.train_batch_size):
                 share = self.team.dist.share(list(minibatch), "train_batch_size")
                 metrics = self.policy_step(agent, share)
+                metrics.update(credit_metrics(minibatch))  # over the global minibatch: every rank logs the same
                 if factors:
-                    metrics["sequential_factor_mean"] = float(torch.cat([factors.get(s.node_key, a.new_ones(a.shape)) for s, a in share]).mean())
+                    carried = [factors.get(s.node_key, a.new_ones(a.shape)) for s, a in minibatch]
+                    metrics["sequential_factor_mean"] = float(torch.cat(carried).mean())
                 rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
         return rows
 
@@ -237,11 +250,6 @@ class GroupStep:
         label = f"{self.name} agent {agent} (env_step {self.run.state.env_step})"
         metrics = backward_policy_rows(policy, rows, self.update_settings, label=label, sum_over_ranks=self.team.dist.sum_tensors).metrics()
         metrics["grad_norm"] = policy.optimizer.step(label)  # before clipping
-        stacked = torch.cat([adv for _, adv in minibatch])
-        metrics["advantage_std"] = float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0
-        metrics["advantage_abs_mean"] = float(stacked.abs().mean())
-        metrics["frac_zero_signal_groups"] = zero_signal_fraction([adv for _, adv in minibatch])
-        metrics["return_mean"] = float(torch.cat([s.returns for s, _ in minibatch]).mean())
         return metrics
 
     # ------------------------------------------------------------------ checkpoint contents
