@@ -95,6 +95,27 @@ def test_overlong_filtering_leaves_a_policy_of_truncated_completions_unchanged(t
     assert all(c["agent_0/frac_zero_signal_groups"] < 1.0 for c in calls if "agent_0/frac_zero_signal_groups" in c)
 
 
+@pytest.mark.parametrize("flip", [False, True], ids=["rewarded", "flipped"])
+def test_overlong_filtering_learns_from_the_finished_completions(tiny_paths, flip):
+    """A policy over "b" and EOS with max_new_tokens=1: "b" is truncated (masked out), "<eos>" finished.
+    The reward prefers "<eos>" (1 against 0), so the finished rows alone raise P(EOS); with the
+    advantages' sign flipped they lower it. The truncated rows' rewards still set the baseline."""
+    eos = AutoTokenizer.from_pretrained(tiny_paths["llama"]).eos_token
+    model, tokenizer, ids = two_token_policy(tiny_paths["llama"], tokens=("b", eos))
+    prompts = PROMPTS[:4]
+    before = completion_logprobs(model, tokenizer, prompts, ids)
+    config = MAGRPOConfig(**{**BASE, **ONE_TOKEN}, num_agents=1, num_generations=4, rollout_buffer_size=2, agent_learning_rate=5e-3,
+                          overlong_filtering=True, advantage_mode=negated_mean_baseline() if flip else "mean")
+    trainer = MAGRPOTrainer(agents=[model], tokenizer=tokenizer, num_agents=1, train_dataset=dataset(4),
+                            reward_func=lambda c: [float(x == "") for x in c], args=config)  # "<eos>" decodes to ""
+    calls = record_calls(trainer)
+    trainer.train()
+    rise = completion_logprobs(model, tokenizer, prompts, ids)[eos] - before[eos]
+    assert torch.all(rise < -1e-3 if flip else rise > 1e-3), rise.tolist()
+    fractions = [c["agent_0/overlong_filtered_fraction"] for c in calls if "agent_0/overlong_filtered_fraction" in c]
+    assert fractions and all(0.0 < f < 1.0 for f in fractions)  # both kinds were sampled
+
+
 def group(completions, returns):
     return GroupSample(agent_idx=0, turn_idx=0, prompt_ids=torch.tensor([1]), completion_ids=[torch.tensor(c) for c in completions],
                        returns=torch.tensor(returns), node_env_step=0, node_mean_reward=0.0, node_mean_return=0.0)
