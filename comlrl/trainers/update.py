@@ -108,8 +108,7 @@ class PolicyRows:
         """Take out of the loss every completion that reached ``max_length`` tokens without ending in one
         of ``eos_ids`` (truncated by the length limit, not finished: DAPO's overlong filtering)."""
         eos = {int(i) for i in eos_ids}
-        self.masked = [m or (len(c) >= max_length and (len(c) == 0 or int(c[-1]) not in eos))
-                       for c, m in zip(self.completions, self.masked)]
+        self.masked = [m or (len(c) >= max(max_length, 1) and int(c[-1]) not in eos) for c, m in zip(self.completions, self.masked)]
 
 
 class AuxiliaryLoss(Protocol):
