@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Learning benchmark: N seeds x a list of MAGRPO variants on two tasks, with the embedded SmolLM2.
 
-  python bench/learning.py --tasks length_ratio,tldr --variants default,counterfactual --seeds 1,2,3,4,5
+  python bench/learning.py --tasks length_ratio,tldr --variants default,dr_grpo,dapo,counterfactual,cross \
+      --seeds 1,2,3,4,5 --env-prompts 48
   python bench/learning.py --report-only          # summarise what has finished
   python bench/learning.py --report-only --markdown   # ... as the table of docs/benchmarks.md
 
@@ -39,18 +40,25 @@ from typing import Any, Dict, List, Optional, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-# name -> MAGRPOConfig fields; "default" is CoMLRL 1.4.3's maths.
+# name -> MAGRPOConfig fields; "default" is CoMLRL 1.4.3's maths. "cross" is the control of
+# "counterfactual" (the same cross-mode pairing without counterfactual credit). "dapo" is DAPO complete:
+# its token-mean loss, clip-higher, dynamic sampling, overlong filtering and the soft overlong
+# punishment with L_cache = 8 (about a fifth of the 32 and 48 new tokens of the two tasks, DAPO's
+# 4096 of 20480); "dapo_loss" is loss_type="dapo" alone.
 VARIANTS: Dict[str, Dict[str, Any]] = {
     "default": {},
     "counterfactual": {"joint_mode": "cross", "counterfactual_credit": True},
     "cross": {"joint_mode": "cross"},
     "scale_batch": {"scale_rewards": "batch"},
+    "scale_agent": {"scale_rewards": "agent"},
     "scale_none": {"scale_rewards": "none"},
     "agent_turn": {"advantage_grouping": "agent_turn"},
     "sequential": {"sequential_updates": True},
     "grpo": {"loss_type": "grpo"},
     "dr_grpo": {"loss_type": "dr_grpo", "scale_rewards": "none"},
-    "dapo": {"loss_type": "dapo", "epsilon_high": 0.28},
+    "dapo": {"loss_type": "dapo", "epsilon_high": 0.28, "dynamic_sampling": True, "overlong_filtering": True,
+             "soft_overlong_cache": 8},
+    "dapo_loss": {"loss_type": "dapo"},
     "bnpo": {"loss_type": "bnpo"},
     "gspo": {"loss_type": "gspo"},
 }
@@ -361,7 +369,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         return env_run(argv[1:])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tasks", default="length_ratio,tldr")
-    p.add_argument("--variants", default="default,counterfactual,scale_batch,sequential")
+    p.add_argument("--variants", default="default,dr_grpo,dapo,counterfactual,cross")
     p.add_argument("--seeds", default="1,2,3,4,5")
     p.add_argument("--model", default=None, help="SmolLM2 folder (default: $BENCH_MODELS/smollm2-135m-instruct or the embedded one)")
     p.add_argument("--bench-script", default=default_bench_script())

@@ -18,7 +18,7 @@ from comlrl.config.checks import (
     require_optional_positive,
     validate_reference_kl,
 )
-from comlrl.config.fields import GENERATION_BACKENDS, OPTIMIZERS, RESUMABLE_RUN_FIELDS, CommonTrainingFields, RolloutFields
+from comlrl.config.fields import GENERATION_BACKENDS, OPTIMIZERS, RESUMABLE_RUN_FIELDS, CommonTrainingFields, PolicyLossFields, RolloutFields
 
 __all__ = [
     "GENERATION_BACKENDS",
@@ -28,6 +28,7 @@ __all__ = [
     "CommonTrainingFields",
     "ConfigBase",
     "ConfigFieldError",
+    "PolicyLossFields",
     "RolloutFields",
     "normalize_parallel_training",
     "require_at_least",

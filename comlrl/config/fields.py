@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
 from comlrl.config.base import ConfigBase
+from comlrl.core.registry import get_policy_loss, policy_loss_names
 from comlrl.config.checks import require_at_least, require_bool_fields, require_choice, require_in_range, require_int_at_least, require_optional_positive
 from comlrl.models.precision import normalize_precision
 from comlrl.models.saving import check_folder_path
@@ -199,3 +200,37 @@ class RolloutFields(CommonTrainingFields):
         threshold = self.early_termination_threshold
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
             raise ValueError(f"early_termination_threshold must be a number or None. Got {threshold!r}.")
+
+
+@dataclass
+class PolicyLossFields(ConfigBase):
+    """The policy loss of every RL family (MAGRPO's, IAC's, MAAC's, MARLHF's RL phase): one registry of
+    losses, one update path (docs/algorithms.md). A config that mixes this in also has
+    ``importance_clip_range`` (the stale-ratio clip its family documents); ``_validate_policy_loss``
+    resolves a loss's own clip range into it."""
+
+    loss_type: str = "sequence_sum"
+    """How the per-token terms (the policy's and the reference KL's, ``reference_kl_mode="loss"``) are
+    aggregated: "sequence_sum" (1.4.3: summed over each completion, mean over completions), "grpo"
+    (per-sequence token mean), "dr_grpo" (divided by max_new_tokens), "dapo" (token mean over the
+    optimizer step), "bnpo" (token mean over each micro-batch), "gspo" (sequence-level importance
+    ratio, GSPO's clip range by default), or a name registered with ``comlrl.core.register_policy_loss``."""
+    epsilon_high: Optional[float] = None
+    """Upper clip of stale samples' importance ratio, ``1 + epsilon_high`` (DAPO's clip-higher; the lower
+    bound stays ``1 - importance_clip_range``), with any loss_type. None: symmetric. Under a loss with
+    a clip range of its own (gspo: 3e-4 / 4e-4), ``importance_clip_range`` defaults to its lower value
+    when unset and ``epsilon_high`` to its upper one when neither is set; the config then holds the
+    values used."""
+
+    def _validate_policy_loss(self) -> None:
+        """``loss_type`` against the registry, ``epsilon_high``, and the loss's own clip range as the
+        default of ``importance_clip_range`` (unset) and ``epsilon_high`` (unset, with the first unset)."""
+        require_choice(self, "loss_type", policy_loss_names())
+        require_optional_positive(self, "epsilon_high")
+        own = get_policy_loss(self.loss_type).clip_range
+        if own is not None and not self.is_explicit("importance_clip_range"):
+            self.importance_clip_range = own[0]
+            if not self.is_explicit("epsilon_high"):
+                self.epsilon_high = own[1]
+        if self.epsilon_high is not None and self.importance_clip_range is None:
+            raise ValueError("epsilon_high needs importance_clip_range (the lower clip bound); set both or neither.")

@@ -15,9 +15,10 @@ from comlrl.core.credit import (
     pooled_advantages,
     scale_advantages,
     sequential_ratio,
+    soft_overlong_penalty,
     zero_signal_fraction,
 )
-from comlrl.core.kl import k3_token_kl, sequence_kl, sequence_log_ratio
+from comlrl.core.kl import k2_token_kl, k3_token_kl, sequence_kl, sequence_log_ratio, stale_token_weights
 from comlrl.core.logprobs import sequence_logprobs
 from comlrl.core.policy_loss import (
     NORMALISERS,
@@ -72,6 +73,7 @@ __all__ = [
     "group_advantages",
     "joint_margin_loss",
     "joint_returns_of_agent",
+    "k2_token_kl",
     "k3_token_kl",
     "mean_pairwise_correlation",
     "node_returns",
@@ -95,7 +97,9 @@ __all__ = [
     "sequence_logprobs",
     "sequence_surrogate",
     "sequential_ratio",
+    "soft_overlong_penalty",
     "shard_draw",
+    "stale_token_weights",
     "td_targets",
     "token_surrogate",
     "value_loss",

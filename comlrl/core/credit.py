@@ -15,21 +15,28 @@ import torch
 from comlrl.core.advantages import normalize_groups
 from comlrl.core.registry import get_advantage
 
-SCALE_REWARDS = ("group", "batch", "none")
+SCALE_REWARDS = ("group", "batch", "agent", "none")
 
 
-def scale_advantages(advantages: Sequence[torch.Tensor], scale: str, eps: float = 1e-6) -> List[torch.Tensor]:
-    """Scale a batch of groups' advantages (TRL's ``scale_rewards``; Dr. GRPO, Liu et al. 2025).
+def scale_advantages(advantages: Sequence[torch.Tensor], scale: str, rewards: Optional[Sequence[torch.Tensor]] = None,
+                     eps: float = 1e-6) -> List[torch.Tensor]:
+    """Scale a batch of groups' advantages (TRL's ``scale_rewards``; Dr. GRPO, Liu et al. 2025). Every std
+    is the population std (``unbiased=False``, as 1.4.3's group std; TRL uses Bessel's correction,
+    a factor ``sqrt(n / (n - 1))`` apart).
 
     - ``"group"`` (CoMLRL 1.4.3, GRPO): ``(A - mean_g A) / max(std_g A, eps)`` within each group.
-    - ``"batch"``: ``(A - mean_g A) / max(std_B(A - mean_g A), eps)``: centred within each group, divided
-      by one population std over every sample of the batch B. In comlrl a batch only ever holds one
-      agent's groups, so this is the agent-wise normalisation of Dr. MAS (2025): each agent's
-      advantages are scaled by that agent's own statistics, never pooled with another agent's.
+    - ``"batch"`` (TRL): ``A / max(std_B(R), eps)``: the baseline's advantages divided by one std of the
+      raw ``rewards`` R over every group of the batch B (so two prompts whose rewards lie far apart
+      keep small advantages; with the mean baseline exactly TRL's ``(R - mean_g R) / std_B(R)``).
+    - ``"agent"``: ``(A - mean_g A) / max(std_B(A - mean_g A), eps)``: centred within each group, divided
+      by one std of the centred values over the batch. A batch only ever holds one agent's groups, so
+      this is a per-agent scale, never pooled with another agent's (the point of Dr. MAS, Feng et al.
+      2026); every batch ends with std exactly 1.
     - ``"none"``: ``A`` unchanged (Dr. GRPO: no std division, no difficulty bias).
 
     Args:
         advantages: G tensors ``[K_g]``.
+        rewards: G tensors (any shapes) of the rewards the advantages were computed from; ``"batch"`` only.
     Returns:
         G tensors ``[K_g]`` (input dtypes).
     """
@@ -37,7 +44,15 @@ def scale_advantages(advantages: Sequence[torch.Tensor], scale: str, eps: float 
         return [normalize_groups(a, eps) for a in advantages]
     if scale == "none":
         return [a.clone() for a in advantages]
-    if scale != "batch":
+    if scale == "batch":
+        if rewards is None:
+            raise ValueError('scale_advantages(..., "batch") needs the raw rewards of the batch.')
+        flat = torch.cat([r.double().reshape(-1) for r in rewards]) if rewards else torch.zeros(0, dtype=torch.float64)
+        if flat.numel() <= 1:
+            return [a.clone() for a in advantages]
+        std = flat.std(unbiased=False).clamp_min(eps)
+        return [(a.double() / std).to(a.dtype) for a in advantages]
+    if scale != "agent":
         raise ValueError(f"scale_rewards must be one of {', '.join(SCALE_REWARDS)}, got {scale!r}.")
     centred = [a.double() - a.double().mean() for a in advantages]
     flat = torch.cat(centred) if centred else torch.zeros(0, dtype=torch.float64)
@@ -45,6 +60,23 @@ def scale_advantages(advantages: Sequence[torch.Tensor], scale: str, eps: float 
         return [a.clone() for a in advantages]
     std = flat.std(unbiased=False).clamp_min(eps)
     return [(c / std).to(a.dtype) for c, a in zip(centred, advantages)]
+
+
+def soft_overlong_penalty(lengths: torch.Tensor, max_length: int, cache: int) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, overlong reward shaping) of completions of ``lengths`` tokens:
+
+        0                                      if |y| <= L_max - L_cache
+        (L_max - L_cache - |y|) / L_cache      if L_max - L_cache < |y| <= L_max
+        -1                                     if |y| > L_max
+
+    with ``L_max = max_length`` and ``L_cache = cache``: a ramp from 0 to -1 over the last ``cache``
+    tokens. Shapes: ``[...] -> [...]`` (float64).
+    """
+    if not 1 <= cache < max_length:
+        raise ValueError(f"the soft overlong punishment needs 1 <= cache < max_length, got cache={cache}, max_length={max_length}.")
+    length = lengths.double()
+    ramp = (max_length - cache - length) / cache
+    return torch.where(length <= max_length - cache, torch.zeros_like(length), torch.where(length <= max_length, ramp, -torch.ones_like(length)))
 
 
 def pooled_advantages(returns: Sequence[torch.Tensor], mode: str) -> List[torch.Tensor]:

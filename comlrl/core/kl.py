@@ -38,31 +38,39 @@ def sequence_log_ratio(policy_logprobs: torch.Tensor, reference_logprobs: torch.
     return ((policy_logprobs - reference_logprobs) * mask.to(policy_logprobs.dtype)).sum(dim=-1)
 
 
-def k2_token_kl_loss(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor,
-                     token_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The reference-KL loss term of each row: ``sum_t m_t * w_t * (log pi(y_t) - log pi_ref(y_t))^2 / 2``,
-    ``[R, C] -> [R]`` (gradient through ``policy_logprobs``; ``w_t = 1`` without ``token_weights``).
+def k2_token_kl(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor,
+                token_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The reference-KL loss term of every token: ``w_t * (log pi(y_t) - log pi_ref(y_t))^2 / 2``,
+    ``[R, C] -> [R, C]`` (gradient through ``policy_logprobs``; ``w_t = 1`` without ``token_weights``).
+    Padding is not masked here: the caller aggregates it with the policy terms over the mask
+    (``core.policy_loss.aggregate``).
 
-    Its gradient is ``sum_t w_t d_t grad log pi(y_t)`` with ``d_t = log pi(y_t) - log pi_ref(y_t)``, whose
-    expectation over tokens sampled from pi (``w = 1``), or from an older policy with ``w`` its
-    importance weights (``stale_token_weights``), is the gradient of ``sum_t KL(pi(.|y_<t) || pi_ref(.|y_<t))``
-    with the prefixes held fixed. (As a loss, k1 has gradient ``grad log pi``, zero in expectation, and
-    k3 has the gradient of KL(pi_ref || pi), the other direction.)
+    Its gradient is ``w_t d_t grad log pi(y_t)`` with ``d_t = log pi(y_t) - log pi_ref(y_t)``, whose
+    expectation over a token sampled from pi (``w = 1``), or from an older policy with ``w`` its
+    importance weight (``stale_token_weights``), is the gradient of ``KL(pi(.|y_<t) || pi_ref(.|y_<t))``
+    with the prefix held fixed: ``sum_y pi(y) d(y) grad log pi(y) = sum_y d(y) grad pi(y) = grad KL``
+    (because ``sum_y pi(y) grad log pi(y) = 0``). (As a loss, k1 has gradient ``grad log pi``, zero in
+    expectation, and k3 has the gradient of KL(pi_ref || pi), the other direction.)
     """
     delta = policy_logprobs - reference_logprobs.to(policy_logprobs.dtype)
-    weight = mask.to(policy_logprobs.dtype)
+    values = 0.5 * delta.square()
     if token_weights is not None:
-        weight = weight * token_weights.to(policy_logprobs.dtype)
-    return (0.5 * delta.square() * weight).sum(dim=-1)
+        values = values * token_weights.to(policy_logprobs.dtype)
+    return values
 
 
-def stale_token_weights(policy_logprobs: torch.Tensor, old_logprobs: torch.Tensor, stale_rows: torch.Tensor,
-                        cap: Optional[float] = None) -> torch.Tensor:
+def k2_token_kl_loss(policy_logprobs: torch.Tensor, reference_logprobs: torch.Tensor, mask: torch.Tensor,
+                     token_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``k2_token_kl`` summed over each row's real tokens: ``[R, C] -> [R]``."""
+    return (k2_token_kl(policy_logprobs, reference_logprobs, token_weights) * mask.to(policy_logprobs.dtype)).sum(dim=-1)
+
+
+def stale_token_weights(policy_logprobs: torch.Tensor, old_logprobs: torch.Tensor, stale_rows: torch.Tensor) -> torch.Tensor:
     """Per-token importance weights of a sampled-token loss: ``[R, C]``, exactly 1 on fresh rows and,
     on the rows of ``stale_rows`` (``[R]`` bool: drawn before the policy last stepped), the detached ratio
-    ``pi(y_t) / pi_old(y_t)``, truncated at ``cap`` when given (truncated importance sampling: bounded
-    variance for a small bias where the policy moved far)."""
+    ``pi(y_t) / pi_old(y_t)``, untruncated: ``E_{y ~ pi_old}[pi(y) / pi_old(y) f(y)] = E_{y ~ pi}[f(y)]``
+    exactly, so a weighted k2 term estimates the current policy's KL gradient without bias
+    (tests/core/test_kl_weights.py enumerates a categorical policy with ratios up to 1.8: truncating
+    the weights at 1.2 biased the expected gradient by 26 % of its norm there)."""
     ratio = torch.exp(policy_logprobs.detach() - old_logprobs.to(policy_logprobs.dtype))
-    if cap is not None:
-        ratio = ratio.clamp(max=cap)
     return torch.where(stale_rows.to(ratio.device).unsqueeze(1), ratio, torch.ones_like(ratio))

@@ -16,9 +16,12 @@ completion tokens (EOS included). A policy loss is two choices, kept apart as in
 2. the **normaliser** ``n_r`` that turns a row's token sum into its share of the loss
    (``aggregate``)::
 
-       L = - sum_r w_r (1 / n_r) sum_t m_rt u_rt
+       L = - sum_r w_r (1 / n_r) sum_t m_rt (u_rt - beta k_rt)
 
-   ``row_weights`` ``w_r`` carry the trainer's weighting of rows (MAGRPO: ``1 / (K G)``).
+   ``row_weights`` ``w_r`` carry the trainer's weighting of rows (MAGRPO: ``1 / (K G)``); ``k_rt`` is
+   an optional per-token regulariser with coefficient ``beta`` (the reference-KL loss term,
+   ``core.kl.k2_token_kl``), aggregated *inside* the same normaliser as in GRPO's objective and TRL,
+   so that for one beta the ratio of the KL gradient to the policy gradient is the same for every loss.
 
 | name           | surrogate | normaliser ``n_r``                                    | source |
 |----------------|-----------|-------------------------------------------------------|--------|
@@ -30,13 +33,15 @@ completion tokens (EOS included). A policy loss is two choices, kept apart as in
 | "gspo"         | sequence  | "sequence_length"                                     | GSPO, Zheng et al. 2025 |
 
 A new loss is one ``register_policy_loss(name, normaliser=...)`` call on a surrogate function
-(``PolicyLossInputs -> Surrogate``); nothing else names it.
+(``PolicyLossInputs -> Surrogate``); nothing else names it. Facts of one loss that a config needs
+live on its record: GSPO's own clip range ``(3e-4, 4e-4)`` (``PolicyLoss.clip_range``, the GSPO
+paper's section 5.1) is what ``importance_clip_range`` / ``epsilon_high`` default to under it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Optional, Tuple, Union
 
 import torch
 
@@ -55,8 +60,9 @@ class PolicyLossInputs:
     ones where unknown); ``importance_rows`` ``[R]`` bool, the stale rows (None: all rows with
     ``old_token_logprobs``); ``clip_low`` / ``clip_high`` the ratio's clip range ``[1 - low, 1 + high]``
     (None: unclipped); ``max_length`` the longest completion allowed (Dr. GRPO's constant);
-    ``step_tokens`` the ``row_weights``-weighted mean count of real tokens per row over the whole
-    optimizer step (all micro-batches and ranks): DAPO's normaliser.
+    ``step_tokens`` the mean count of real tokens per row over the whole optimizer step (all
+    micro-batches and ranks): DAPO's normaliser; ``kl_terms`` ``[R, C]`` an optional per-token
+    regulariser (the reference-KL loss, importance-weighted on stale rows) and ``kl_coef`` its weight.
     """
 
     token_logprobs: torch.Tensor
@@ -69,6 +75,8 @@ class PolicyLossInputs:
     clip_high: Optional[float] = None
     max_length: Optional[int] = None
     step_tokens: Optional[float] = None
+    kl_terms: Optional[torch.Tensor] = None
+    kl_coef: float = 0.0
 
 
 @dataclass
@@ -85,14 +93,15 @@ class Surrogate:
 @dataclass
 class PolicyLossOutput:
     """The loss and the diagnostics of one policy-gradient minibatch (all detached but ``loss``);
-    ``normaliser`` is the ``n_r`` it was aggregated with (``[R]`` or a scalar), for terms that must
-    be aggregated the same way."""
+    ``normaliser`` is the ``n_r`` it was aggregated with (``[R]`` or a scalar); ``kl_loss`` the
+    regulariser's part of ``loss``, ``kl_coef * aggregate(kl_terms)`` (None without one)."""
 
     loss: torch.Tensor
     ratio_mean: torch.Tensor
     clip_fraction: torch.Tensor
     approx_kl: torch.Tensor
     normaliser: Union[torch.Tensor, float] = 1.0
+    kl_loss: Optional[torch.Tensor] = None
 
 
 SurrogateFn = Callable[["PolicyLossInputs"], "Surrogate"]
@@ -100,11 +109,14 @@ SurrogateFn = Callable[["PolicyLossInputs"], "Surrogate"]
 
 @dataclass(frozen=True)
 class PolicyLoss:
-    """A registered policy loss: its surrogate function and its normaliser (one of ``NORMALISERS``)."""
+    """A registered policy loss: its surrogate function, its normaliser (one of ``NORMALISERS``) and,
+    when the method publishes one, its own clip range ``(low, high)``: the defaults of
+    ``importance_clip_range`` and ``epsilon_high`` under this loss (None: the configs' own defaults)."""
 
     name: str
     surrogate: Callable[[PolicyLossInputs], Surrogate]
     normaliser: str
+    clip_range: Optional[Tuple[float, float]] = None
 
     @property
     def needs_step_tokens(self) -> bool:
@@ -208,26 +220,35 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, row_weights: torch.Tenso
     return (per_row * row_weights.to(per_row.dtype)).sum()
 
 
-def ratio_diagnostics(loss: torch.Tensor, s: Surrogate, x: PolicyLossInputs, n: Union[torch.Tensor, float] = 1.0) -> PolicyLossOutput:
+def ratio_diagnostics(loss: torch.Tensor, s: Surrogate, x: PolicyLossInputs, n: Union[torch.Tensor, float] = 1.0,
+                      kl_loss: Optional[torch.Tensor] = None) -> PolicyLossOutput:
     """``loss`` with the per-token means over the mask of the ratio, of the clipped fraction, and of the
     k3 estimate of KL(pi_old || pi), ``(rho - 1) - log rho`` (1, 0, 0 without sampling log-probs)."""
     with torch.no_grad():
         if x.old_token_logprobs is None:
             zero = x.token_logprobs.new_zeros(())
-            return PolicyLossOutput(loss, zero + 1.0, zero, zero, n)
+            return PolicyLossOutput(loss, zero + 1.0, zero, zero, n, kl_loss)
         maskf = x.mask.to(x.token_logprobs.dtype)
         count = maskf.sum().clamp_min(1.0)
         ratio_mean = (s.ratio * maskf).sum() / count
         clip_fraction = (((s.ratio - s.clipped_ratio).abs() > 0).to(maskf.dtype) * maskf).sum() / count
         approx_kl = (((s.ratio - 1.0) - s.log_ratio) * maskf).sum() / count
-    return PolicyLossOutput(loss, ratio_mean, clip_fraction, approx_kl, n)
+    return PolicyLossOutput(loss, ratio_mean, clip_fraction, approx_kl, n, kl_loss)
 
 
 def compute_policy_loss(x: PolicyLossInputs, loss: PolicyLoss) -> PolicyLossOutput:
-    """``-aggregate(surrogate)`` of ``loss`` over the rows of ``x``, with its diagnostics."""
+    """``-aggregate(u - kl_coef * k)`` of ``loss`` over the rows of ``x`` (``k = x.kl_terms``, when
+    given), with its diagnostics. The aggregation is linear, so it is computed as the policy part plus
+    ``kl_coef * aggregate(k)`` with the same normaliser (without a regulariser the policy part alone,
+    bit for bit)."""
     surrogate = loss.surrogate(x)
     n = normaliser(loss.normaliser, x)
-    return ratio_diagnostics(-aggregate(surrogate.objective, x.mask, x.row_weights, n), surrogate, x, n)
+    total = -aggregate(surrogate.objective, x.mask, x.row_weights, n)
+    kl_loss = None
+    if x.kl_terms is not None:
+        kl_loss = x.kl_coef * aggregate(x.kl_terms, x.mask, x.row_weights, n)
+        total = total + kl_loss
+    return ratio_diagnostics(total, surrogate, x, n, kl_loss)
 
 
 def policy_gradient_loss(
@@ -253,9 +274,12 @@ def policy_gradient_loss(
     return compute_policy_loss(inputs, get_policy_loss("sequence_sum"))
 
 
-def register_policy_loss(name: str, *, normaliser: str, replace: bool = False) -> Callable[[SurrogateFn], SurrogateFn]:
+def register_policy_loss(name: str, *, normaliser: str, clip_range: Optional[Tuple[float, float]] = None,
+                         replace: bool = False) -> Callable[[SurrogateFn], SurrogateFn]:
     """Decorator: register the surrogate ``fn(inputs: PolicyLossInputs) -> Surrogate`` with ``normaliser``
-    (one of ``NORMALISERS``) as the policy loss ``name``, selected by ``loss_type=name``::
+    (one of ``NORMALISERS``) as the policy loss ``name``, selected by ``loss_type=name``. ``clip_range``
+    ``(low, high)``: the loss's own stale-ratio clip, the default of ``importance_clip_range`` /
+    ``epsilon_high`` when a config sets neither::
 
         @register_policy_loss("my_loss", normaliser="sequence_length")
         def my_surrogate(x):                  # PolicyLossInputs -> Surrogate
@@ -264,12 +288,14 @@ def register_policy_loss(name: str, *, normaliser: str, replace: bool = False) -
     """
     if normaliser not in NORMALISERS:
         raise ValueError(f"register_policy_loss({name!r}): normaliser={normaliser!r} must be one of {', '.join(NORMALISERS)}.")
+    if clip_range is not None and (len(clip_range) != 2 or not all(isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0 for c in clip_range)):
+        raise ValueError(f"register_policy_loss({name!r}): clip_range={clip_range!r} must be two positive floats (low, high) or None.")
 
     def decorate(fn: SurrogateFn) -> SurrogateFn:
         if not callable(fn):
             raise TypeError(f"only a callable surrogate can be registered as policy loss {name!r}, got {type(fn).__name__}.")
         existing = POLICY_LOSSES.find(name)
-        record = PolicyLoss(name, fn, normaliser)
+        record = PolicyLoss(name, fn, normaliser, None if clip_range is None else (float(clip_range[0]), float(clip_range[1])))
         POLICY_LOSSES.register(name, replace=replace or existing == record)(record)
         return fn
 
@@ -279,5 +305,7 @@ def register_policy_loss(name: str, *, normaliser: str, replace: bool = False) -
 for _name, _normaliser in (("sequence_sum", "none"), ("grpo", "sequence_length"), ("dr_grpo", "max_length"),
                            ("dapo", "step_tokens"), ("bnpo", "micro_batch_tokens")):
     register_policy_loss(_name, normaliser=_normaliser)(token_surrogate)
-register_policy_loss("gspo", normaliser="sequence_length")(sequence_surrogate)
+# GSPO clips its length-normalised sequence ratio at 1 - 3e-4 and 1 + 4e-4 (Zheng et al. 2025, section
+# 5.1, the left and right ranges of its objective); a token-level 0.2 would almost never clip it.
+register_policy_loss("gspo", normaliser="sequence_length", clip_range=(3e-4, 4e-4))(sequence_surrogate)
 del _name, _normaliser

@@ -13,7 +13,7 @@ from comlrl.core.kl import sequence_kl, sequence_log_ratio
 from comlrl.models.loading import frozen_copy, model_device
 from comlrl.models.lora import adapter_free_reference
 from comlrl.models.precision import Precision
-from comlrl.models.tokenizers import pad_token_id
+from comlrl.models.tokenizers import eos_token_ids, pad_token_id
 from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.generation import Completions, GenerationBackend, HFGenerator
 from comlrl.rollout.scoring import score_completions
@@ -36,6 +36,7 @@ class PolicyAgent:
         self.reference = reference
         self.precision = precision
         self.pad_id = pad_token_id(tokenizer)
+        self.eos_ids = tuple(eos_token_ids(tokenizer, model))  # the ids every generation backend stops at
         self.generator: GenerationBackend = HFGenerator(model, tokenizer, device, autocast=self.autocast)
         self.optimizer: Optional[AgentOptimizer] = None
 

@@ -13,6 +13,7 @@ Combinations of one config's own fields are refused by that config's ``__post_in
 | torchrun with ``parallel_training="mp"`` | not supported together yet |
 | torchrun with counts that do not split evenly over the processes | ranks would hold different numbers of samples and updates |
 | torchrun, several turns and ``early_termination_threshold`` | branches end on each rank's own rewards |
+| torchrun and ``dynamic_sampling`` | each rank drops its own tied groups, so the ranks' buffers fill at different steps |
 | ``peft_config`` with a preference trainer | their pair scoring and reward learning have no adapter path |
 """
 
@@ -77,6 +78,17 @@ def check_data_parallel(args: Any, dist: DataParallel, items_per_step: int, data
         raise ValueError(
             "early_termination_threshold ends tree branches depending on each rank's rewards, so ranks would hold "
             "different numbers of samples; set early_termination_threshold=None for data-parallel multi-turn training."
+        )
+
+
+def refuse_dynamic_sampling_under_torchrun(args: Any) -> None:
+    """DAPO's dynamic sampling keeps a different number of groups on every rank, while a drain is a
+    collective of every rank at the same step (checked before any model loads)."""
+    if args.dynamic_sampling and DataParallel.current().enabled:
+        raise ValueError(
+            "dynamic_sampling=True drops each rank's tied groups, so the ranks' rollout buffers would fill at different "
+            "steps and their updates (collectives) would no longer meet; run it in one process, or set dynamic_sampling=False "
+            "under torchrun."
         )
 
 

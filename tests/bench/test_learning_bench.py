@@ -100,3 +100,22 @@ def test_unfinished_runs_are_reported_on_common_steps(learning, tmp_path):
     assert x["common_steps"] == 2
     assert_close(x["mean_reward_common_steps"], 0.5)
     assert_close(x["default_mean_reward_common_steps"], 0.3)
+
+
+@pytest.mark.parametrize("variant", ["dr_grpo", "dapo", "counterfactual", "cross"])
+def test_the_sweeps_variants_run_on_tldr(learning, tiny_paths, tmp_path, variant):
+    """The variants of the measured sweep (issue 28: DAPO complete, and cross mode as the control of
+    counterfactual credit) run through env_run with their fields."""
+    run_dir = str(tmp_path / variant)
+    os.makedirs(run_dir)
+    learning.env_run(["--task", "tldr", "--variant", variant, "--seed", "1", "--model", tiny_paths["llama"], "--run-dir", run_dir,
+                      "--env-prompts", "2", "--env-epochs", "1", "--env-max-new-tokens", "12", "--env-buffer", "2", "--threads", "1"])
+    with open(os.path.join(run_dir, "result.json")) as f:
+        result = json.load(f)
+    pairs = 4 * 4 if variant in ("counterfactual", "cross") else 4  # cross mode: K^2 joint responses per prompt
+    assert result["joint_responses"] == 2 * pairs
+    with open(os.path.join(run_dir, "run", "run_config.json")) as f:
+        recorded = json.load(f)
+    fields = recorded["config"]  # the run record holds the config as resolved
+    for name, value in learning.VARIANTS[variant].items():
+        assert fields[name] == value, name

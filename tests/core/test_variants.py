@@ -22,6 +22,7 @@ from comlrl.core import (
     register_advantage,
     scale_advantages,
     sequential_ratio,
+    soft_overlong_penalty,
     zero_signal_fraction,
 )
 from comlrl.core.registry import Registry
@@ -170,14 +171,42 @@ def test_gspo_sequence_ratio():
     assert_close(lp.grad, torch.full((1, 2), math.exp(0.2) / 2))
 
 
-def test_scale_rewards_group_batch_none():
-    # group [1, 2, 3]: mean 2, population std sqrt(2/3) = 0.81650 -> [-1.22474, 0, 1.22474]
+def test_scale_rewards_group_batch_agent_none():
+    # group [1, 2, 3]: mean 2, population std sqrt(2/3) = 0.81650 -> [-1.22474, 0, 1.22474] (1.4.3)
     assert_close(scale_advantages([torch.tensor([1.0, 2.0, 3.0])], "group")[0], torch.tensor([-1.224745, 0.0, 1.224745]))
-    # batch of [1, 3] and [0, 6]: centred [-1, 1] and [-3, 3]; one std sqrt((1 + 1 + 9 + 9) / 4) = sqrt(5)
-    a, b = scale_advantages([torch.tensor([1.0, 3.0]), torch.tensor([0.0, 6.0])], "batch")
+    # batch (TRL): two prompts whose rewards lie 10 apart, R = [0, 1] and [10, 11]; mean-baseline
+    # advantages [-0.5, 0.5] twice; std of the raw rewards over the batch: mean 5.5, squared deviations
+    # 30.25, 20.25, 20.25, 30.25 -> population variance 25.25, std 5.02494
+    rewards = [torch.tensor([0.0, 1.0]), torch.tensor([10.0, 11.0])]
+    advantages = [r - r.mean() for r in rewards]
+    a, b = scale_advantages(advantages, "batch", rewards=rewards)
+    assert_close(a, torch.tensor([-0.5, 0.5]) / 25.25**0.5)
+    assert_close(b, torch.tensor([-0.5, 0.5]) / 25.25**0.5)
+    # ... so the scaled advantages have std 0.5 / 5.02494 = 0.0995, where "agent" (the std of the centred
+    # values, 0.5) ends every batch at std exactly 1: [-1, 1] twice
+    assert_close(torch.cat([a, b]).std(unbiased=False), torch.tensor(0.5 / 25.25**0.5))
+    for scaled in scale_advantages(advantages, "agent"):
+        assert_close(scaled, torch.tensor([-1.0, 1.0]))
+    # the population std, not Bessel's (TRL's torch.std): sqrt(101 / 3) = 5.80230 would give 0.08617
+    assert not torch.allclose(a, torch.tensor([-0.5, 0.5]) / (101 / 3) ** 0.5)
+    # batch divides the baseline's advantages without re-centring them: ReMax's R - max R = [-1, 0], [-1, 0]
+    maxed = scale_advantages([torch.tensor([-1.0, 0.0]), torch.tensor([-1.0, 0.0])], "batch", rewards=rewards)
+    assert_close(maxed[0], torch.tensor([-1.0, 0.0]) / 25.25**0.5)
+    # agent of [1, 3] and [0, 6]: centred [-1, 1] and [-3, 3]; one std sqrt((1 + 1 + 9 + 9) / 4) = sqrt(5)
+    a, b = scale_advantages([torch.tensor([1.0, 3.0]), torch.tensor([0.0, 6.0])], "agent")
     assert_close(a, torch.tensor([-1.0, 1.0]) / 5**0.5)
     assert_close(b, torch.tensor([-3.0, 3.0]) / 5**0.5)
     assert_close(scale_advantages([torch.tensor([1.0, 3.0])], "none")[0], torch.tensor([1.0, 3.0]))
+    with pytest.raises(ValueError, match="needs the raw rewards"):
+        scale_advantages(advantages, "batch")
+
+
+def test_soft_overlong_penalty():
+    # L_max = 10, L_cache = 4: 0 up to 6 tokens, then (6 - |y|) / 4: 7 -> -0.25, 8 -> -0.5, 10 -> -1; 11 -> -1
+    lengths = torch.tensor([1, 6, 7, 8, 10, 11])
+    assert_close(soft_overlong_penalty(lengths, 10, 4), torch.tensor([0.0, 0.0, -0.25, -0.5, -1.0, -1.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="1 <= cache < max_length"):
+        soft_overlong_penalty(lengths, 10, 10)
 
 
 def test_agent_turn_pooling():

@@ -18,6 +18,14 @@ def run_magrpo_small_batch(paths, out):
     return summary(trainer)
 
 
+def run_magrpo_batch_scale(paths, out):
+    """TRL's batch scale (the std of the raw rewards over every rank's groups of the drained buffer) and
+    DAPO's token mean (the step's tokens summed over ranks), with the same small minibatches."""
+    trainer = magrpo(paths, out, **BATCH_SMALLER_THAN_BUFFER, scale_rewards="batch", loss_type="dapo")
+    trainer.train()
+    return summary(trainer)
+
+
 def run_iac_small_batch(paths, out):
     """IAC with separate critics, K = 2: a buffer of 4 samples per actor in minibatches of 2."""
     args = IACConfig(num_turns=1, num_generations=2, max_new_tokens=4, num_train_epochs=2, verbose=False, rollout_buffer_size=4,
@@ -40,4 +48,4 @@ def run_matrix_dp2(paths, out):
     return {"+".join(cell) or "base": matrix.run(paths, cell) for cell in dp2_cells()}
 
 
-SCENARIOS = {"magrpo_small_batch": run_magrpo_small_batch, "iac_small_batch": run_iac_small_batch, "matrix_dp2": run_matrix_dp2}
+SCENARIOS = {"magrpo_small_batch": run_magrpo_small_batch, "magrpo_batch_scale": run_magrpo_batch_scale, "iac_small_batch": run_iac_small_batch, "matrix_dp2": run_matrix_dp2}

@@ -22,11 +22,12 @@ PREFERRED, OTHER = "b", "a"
 ONE_TOKEN = dict(max_new_tokens=1, top_k=2, top_p=1.0, temperature=1.0, weight_decay=0.0)
 
 
-def two_token_policy(path: str, bias: float = 6.0):
-    """``(model, tokenizer, {"a": id, "b": id})`` for the tiny model at ``path``."""
+def two_token_policy(path: str, bias: float = 6.0, tokens: Sequence[str] = (PREFERRED, OTHER)):
+    """``(model, tokenizer, {token: id})`` for the tiny model at ``path``, its LM head biased towards the
+    two ``tokens`` (default "b" and "a"; the tokenizer's EOS token may be one of them)."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
-    ids = {text: tokenizer.convert_tokens_to_ids(text) for text in (PREFERRED, OTHER)}
+    ids = {text: tokenizer.convert_tokens_to_ids(text) for text in tokens}
     assert all(tokenizer.decode([i]) == text for text, i in ids.items())
     embeddings = model.get_input_embeddings().weight
     head = torch.nn.Linear(embeddings.shape[1], embeddings.shape[0], bias=True)
@@ -104,3 +105,15 @@ def record_calls(trainer) -> List[dict]:
 
     trainer.metrics.record = record
     return calls
+
+
+def negated_mean_baseline() -> str:
+    """Register (once) and name the mean baseline with its sign flipped: what a sign bug in a variant
+    would do, for the direction tests' control runs."""
+    from comlrl.core import get_advantage, register_advantage
+
+    @register_advantage("test_negated_mean", replace=True)
+    def negated_mean(returns: torch.Tensor) -> torch.Tensor:
+        return -get_advantage("mean")(returns)
+
+    return "test_negated_mean"

@@ -11,7 +11,7 @@ from tests.parallel.test_data_parallel import assert_close_runs, one_untrained, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario,models", [("magrpo_small_batch", "magrpo"), ("iac_small_batch", "iac")])
+@pytest.mark.parametrize("scenario,models", [("magrpo_small_batch", "magrpo"), ("magrpo_batch_scale", "magrpo"), ("iac_small_batch", "iac")])
 def test_two_ranks_equal_one_process_with_minibatches_smaller_than_the_buffer(tiny_paths, tmp_path, scenario, models):
     seed_everything(0)
     single = SCENARIOS[scenario](tiny_paths, str(tmp_path / "single"))

@@ -99,3 +99,22 @@ def test_actor_critic_loss_mode_leaves_rewards_and_targets_unpenalised(tiny_path
         assert float(sample.returns) == float(sample.value_target) == 1.0
         assert "reference_kl_penalty" not in sample.metadata and sample.metadata["reference_kl"] > 0
     assert any(row.get("agent_0/kl_loss", 0.0) > 0 for row in trainer.log_history)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "gspo"])
+def test_the_kl_pulls_toward_the_reference_with_the_same_strength_under_every_loss(tiny_paths, loss_type):
+    """Tied rewards: only the KL term moves the policy, toward the reference (which favours "b"). With
+    one-token completions every normaliser is 1, so each loss's KL step is sequence_sum's exactly as
+    strong: the coefficient means the same whatever loss_type aggregates it (test_update_path.py
+    checks longer completions, where the normalisers differ)."""
+    runs = {}
+    for name in ("sequence_sum", loss_type):
+        seed_all(0)  # the same samples for both losses
+        trainer, model, tokenizer, ids, _ = _magrpo(tiny_paths, 0.1, loss_type=name)
+        before = completion_logprobs(model, tokenizer, PROMPTS[:1], ids)
+        trainer.train()
+        after = completion_logprobs(model, tokenizer, PROMPTS[:1], ids)
+        assert float(after[PREFERRED][0] - before[PREFERRED][0]) > 1e-4, name  # toward the reference's "b"
+        runs[name] = (trainer.log_history[-1]["agent_0/grad_norm"], trainer.log_history[-1]["agent_0/kl_loss"])
+    assert runs[loss_type][0] == pytest.approx(runs["sequence_sum"][0], rel=1e-5)
+    assert runs[loss_type][1] == pytest.approx(runs["sequence_sum"][1], rel=1e-5)

@@ -120,28 +120,27 @@ def test_magrpo_stale_buffer_is_clipped_and_the_fresh_one_is_not(tiny_paths):
 
 def test_the_kl_loss_of_a_stale_buffer_is_importance_weighted_and_a_fresh_one_is_not(tiny_paths, monkeypatch):
     """reference_kl_mode="loss" over two buffers per generate call: the first (fresh) buffer's KL term
-    takes no weights, the second's takes the stale rows' truncated ratios pi / pi_old (not all 1)."""
+    takes no weights, the second's takes the stale rows' untruncated ratios pi / pi_old (not all 1)."""
     import comlrl.trainers.update as policy
 
     seen = []
-    original = policy.k2_token_kl_loss
+    original = policy.stale_token_weights
 
-    def spy(logprobs, reference, mask, token_weights=None):
-        seen.append(None if token_weights is None else (token_weights * mask).detach().clone())
-        return original(logprobs, reference, mask, token_weights)
+    def spy(logprobs, old, stale):
+        weights = original(logprobs, old, stale)
+        seen.append((weights, torch.exp(logprobs.detach() - old), stale.clone()))
+        return weights
 
-    monkeypatch.setattr(policy, "k2_token_kl_loss", spy)
+    monkeypatch.setattr(policy, "stale_token_weights", spy)
     trainer = magrpo(tiny_paths, buffers_per_generation=2, rollout_buffer_size=1, agent_learning_rate=0.05, importance_clip_range=0.2,
                      max_new_tokens=6, reference_kl_enabled=True, reference_kl_coef=0.1, num_train_epochs=1)
     trainer.train()
-    assert len(seen) == 8  # 2 steps x 2 agents x (fresh buffer, then stale buffer)
-    assert all(w is None for w in seen[0::2])
-    # the cap is float32(1.2), within EPS32 of 1.2; a stale weight differs from 1 by more than a fresh
-    # row's float32 noise (fresh_ratio_tolerances)
-    noise = max(fresh_ratio_tolerances(trainer, policy_bounds(trainer, 6), 6))
-    for weights in seen[1::2]:
-        real = weights[weights != 0]
-        assert real.numel() > 0 and bool((real <= 1.2 + EPS32).all()) and bool(((real - 1.0).abs() > noise).any()), weights
+    assert len(seen) == 4  # 2 steps x 2 agents, the stale buffer only (a fresh buffer takes no weights)
+    noise = max(fresh_ratio_tolerances(trainer, policy_bounds(trainer, 6), 6))  # a fresh row's float32 ratio noise
+    for weights, ratio, stale in seen:
+        assert bool(stale.all())
+        assert torch.equal(weights, ratio)  # the ratio itself, not truncated at 1 + importance_clip_range
+        assert bool(((weights - 1.0).abs() > noise).any()), weights
 
 
 @pytest.mark.parametrize("build", [iac, maac], ids=["iac", "maac"])

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, FrozenSet, Optional
 
 from comlrl.config import (
     RESUMABLE_RUN_FIELDS,
+    PolicyLossFields,
     RolloutFields,
     normalize_parallel_training,
     require_at_least,
@@ -23,8 +24,9 @@ RESUMABLE_FIELDS = RESUMABLE_RUN_FIELDS | {"critic_devices"}
 
 
 @dataclass
-class ActorCriticFields(RolloutFields):
-    """Fields IAC and MAAC share (see ``IACConfig`` and ``MAACConfig``)."""
+class ActorCriticFields(RolloutFields, PolicyLossFields):
+    """Fields IAC and MAAC share (see ``IACConfig`` and ``MAACConfig``); the actors' policy loss
+    (``loss_type``, ``epsilon_high``) is the one every family takes (``PolicyLossFields``)."""
 
     resumable_fields: ClassVar[FrozenSet[str]] = RESUMABLE_FIELDS
 
@@ -65,8 +67,9 @@ class ActorCriticFields(RolloutFields):
     after its own latest optimizer step (a later minibatch or pass) is importance-weighted."""
     importance_clip_range: Optional[float] = 0.2
     """PPO epsilon of the ratio clip of stale samples: those drawn before their actor's latest
-    optimizer step are weighted by ``pi / pi_sampling`` with the log-probs recorded while sampling
-    (None: unclipped ratios)."""
+    optimizer step are weighted by ``pi / pi_sampling`` with the log-probs recorded while sampling and
+    clipped to ``[1 - eps, 1 + (epsilon_high or eps)]`` (None: unclipped ratios; loss_type="gspo":
+    GSPO's 3e-4 unless set)."""
 
     def _separate_critic_devices_required(self) -> bool:
         return True
@@ -103,6 +106,7 @@ class ActorCriticFields(RolloutFields):
             require_int_at_least(self, "critic_value_head_hidden_dim", 0)
         require_int_at_least(self, "update_epochs", 1)
         require_optional_positive(self, "importance_clip_range")
+        self._validate_policy_loss()
         if not isinstance(self.advantage_normalization, bool):
             raise ValueError(f"advantage_normalization must be True or False. Got {self.advantage_normalization!r}.")
 

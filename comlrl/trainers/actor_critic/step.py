@@ -61,8 +61,7 @@ class ActorCriticStep(DatasetEpochs):
         self.reward = reward
         self.metrics_callback = metrics_callback
         self.name = name
-        self.update_settings = UpdateSettings.from_config(args, loss_type="sequence_sum", clip_high=None,
-                                                          has_references=bool(self.team.reference_models))
+        self.update_settings = UpdateSettings.from_config(args, has_references=bool(self.team.reference_models))
         self.buffers: List[List[RolloutSample]] = [[] for _ in range(self.team.num_agents)]
         self._warned_single_q_group = False
 
@@ -271,11 +270,13 @@ class ActorCriticStep(DatasetEpochs):
         return list(groups.values())
 
     def actor_step(self, agent: int, samples: List[RolloutSample]) -> Dict[str, float]:
-        """One policy-gradient step ``-mean_s A_s log pi(a_s | h_s)`` (+ the shared head's value loss).
+        """One policy-gradient step ``-mean_s A_s log pi(a_s | h_s)`` (+ the shared head's value loss),
+        aggregated by the ``loss_type`` loss (the default, "sequence_sum", is that sum; "grpo" divides
+        each sample's tokens by its length, and so on: the registry every family shares).
 
         A sample drawn before this actor's latest optimizer step (a later minibatch or pass over the
         same buffer) is importance-weighted with its sampling log-probs, clipped at
-        ``importance_clip_range``; fresh samples take the plain on-policy loss.
+        ``importance_clip_range`` (``epsilon_high`` above); fresh samples take the plain on-policy loss.
         """
         a = self.args
         policy = self.team.policies[agent]
@@ -289,7 +290,8 @@ class ActorCriticStep(DatasetEpochs):
             auxiliary = SharedValueLoss(self.team.agents[agent].value_head, samples, a.value_loss_coef, self.arrangement.value_clip_range,
                                         a.critic_type == "q")
         label = f"{self.name} agent {agent} (env_step {self.run.state.env_step})"
-        metrics = backward_policy_rows(policy, rows, self.update_settings, label=label, auxiliary=auxiliary).metrics()
+        metrics = backward_policy_rows(policy, rows, self.update_settings, label=label, sum_over_ranks=self.team.dist.sum_tensors,
+                                       auxiliary=auxiliary).metrics()
         metrics["policy_loss"] = metrics.pop("loss")
         metrics["grad_norm"] = policy.optimizer.step(label)
         metrics["advantage_mean"] = mean([float(s.advantage) for s in samples])

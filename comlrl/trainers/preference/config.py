@@ -20,6 +20,7 @@ from comlrl.trainers.registry import rl_backends
 from comlrl.trainers.reinforce.config import LearningVariantFields, MAGRPOConfig
 from comlrl.config import (
     RESUMABLE_RUN_FIELDS,
+    PolicyLossFields,
     RolloutFields,
     normalize_parallel_training,
     require_at_least,
@@ -238,7 +239,8 @@ class MARLHFConfig(MADPOConfig, LearningVariantFields):
     buffers_per_generation: int = 1
     """MAGRPO family: rollout buffers sampled per generate call (see MAGRPOConfig)."""
     importance_clip_range: Optional[float] = 0.2
-    """PPO clip epsilon of off-policy updates (MAGRPO ``buffers_per_generation > 1``, AC ``update_epochs > 1``)."""
+    """PPO clip epsilon of off-policy updates (MAGRPO ``buffers_per_generation > 1``, AC ``update_epochs > 1``);
+    loss_type="gspo": GSPO's 3e-4 unless set."""
     update_epochs: int = 1
     """Actor-critic: passes over each drained buffer (see IACConfig)."""
 
@@ -248,7 +250,9 @@ class MARLHFConfig(MADPOConfig, LearningVariantFields):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._validate_variants()
-        changed = [f.name for f in dataclasses.fields(LearningVariantFields) if getattr(self, f.name) != f.default]
+        every_family = {f.name for f in dataclasses.fields(PolicyLossFields)}  # the policy loss: every backend reads it
+        changed = [f.name for f in dataclasses.fields(LearningVariantFields)
+                   if f.name not in every_family and getattr(self, f.name) != f.default]
         if changed and self.uses_actor_critic:
             raise ValueError(f"{', '.join(changed)}: the MAGRPO-family learning variants need rl_algorithm magrpo, mareinforce, "
                              f"marloo or maremax, not {self.rl_algorithm!r}; leave them at their defaults for an actor-critic backend.")

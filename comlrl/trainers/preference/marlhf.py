@@ -52,9 +52,10 @@ PREFERENCE_ONLY_FIELDS = frozenset({
     "environment_steps_per_pair", "joint_mode", "pair_selection", "preference_num_candidates", "preference_pairs_per_sample",
     "reward_freeze_backbone", "reward_learning_rate", "reward_max_length", "reward_model_device", "reward_model_name",
     "reward_num_train_epochs", "reward_train_batch_size", "rl_algorithm", "use_environment_step",
-    # the MAGRPO-family learning variants (LearningVariantFields): refused at their non-defaults with an
-    # actor-critic backend (MARLHFConfig.__post_init__)
-    "advantage_grouping", "counterfactual_credit", "epsilon_high", "loss_type", "scale_rewards", "sequential_updates",
+    # the MAGRPO-family learning variants (LearningVariantFields but the policy loss, which every backend
+    # takes): refused at their non-defaults with an actor-critic backend (MARLHFConfig.__post_init__)
+    "advantage_grouping", "counterfactual_credit", "dynamic_sampling", "overlong_filtering", "scale_rewards",
+    "sequential_updates", "soft_overlong_cache",
 })
 
 

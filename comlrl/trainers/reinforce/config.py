@@ -6,11 +6,11 @@ from dataclasses import dataclass
 from typing import ClassVar, FrozenSet, Optional
 
 from comlrl.core.credit import SCALE_REWARDS
-from comlrl.core.registry import advantage_names, policy_loss_names
+from comlrl.core.registry import advantage_names
 from comlrl.trainers.registry import ALGORITHMS
 from comlrl.config import (
     RESUMABLE_RUN_FIELDS,
-    ConfigBase,
+    PolicyLossFields,
     RolloutFields,
     normalize_parallel_training,
     require_at_least,
@@ -29,22 +29,17 @@ RESUMABLE_FIELDS = RESUMABLE_RUN_FIELDS
 
 
 @dataclass
-class LearningVariantFields(ConfigBase):
+class LearningVariantFields(PolicyLossFields):
     """The learning variants of the MAGRPO family (docs/algorithms.md): shared by ``MAGRPOConfig`` and
-    the configs whose RL phase runs MAGRPO (``MARLHFConfig``). The defaults are CoMLRL 1.4.3's maths."""
+    the configs whose RL phase runs MAGRPO (``MARLHFConfig``). The defaults are CoMLRL 1.4.3's maths.
+    The policy loss (``loss_type``, ``epsilon_high``) is every family's (``PolicyLossFields``)."""
 
-    loss_type: str = "sequence_sum"
-    """How token terms are aggregated: "sequence_sum" (1.4.3: summed over each completion, mean over
-    completions), "grpo" (per-sequence token mean), "dr_grpo" (divided by max_new_tokens), "dapo" (token
-    mean over the optimizer step), "bnpo" (token mean over each micro-batch), "gspo" (sequence-level
-    importance ratio), or a name registered with ``comlrl.core.register_policy_loss``."""
-    epsilon_high: Optional[float] = None
-    """Upper clip of stale samples' importance ratio, ``1 + epsilon_high`` (DAPO's clip-higher; the lower
-    bound stays ``1 - importance_clip_range``), with any loss_type. None: symmetric."""
     scale_rewards: str = "group"
-    """What advantages are divided by when ``advantage_normalization`` is on: "group" (1.4.3: each
-    group's std), "batch" (one std over the agent's groups of a turn in the drained buffer: Dr. MAS's
-    agent-wise normalisation) or "none" (no division, Dr. GRPO)."""
+    """What advantages are divided by when ``advantage_normalization`` is on (population stds): "group"
+    (1.4.3: each group standardised by its own std), "batch" (TRL: the baseline's advantages divided by
+    the std of the raw rewards over every group of the agent's turn in the drained buffer, every
+    data-parallel rank's included), "agent" (group-centred advantages divided by the std of the agent's
+    centred advantages of the turn: the per-agent scale of Dr. MAS) or "none" (no division, Dr. GRPO)."""
     advantage_grouping: str = "node"
     """Which samples share a baseline: "node" (1.4.3: one agent's K completions at one node) or
     "agent_turn" (every sample of one agent at one turn in the drained buffer, AT-GRPO's grouping key)."""
@@ -55,18 +50,30 @@ class LearningVariantFields(ConfigBase):
     """Update the agents one after another and weight a later agent's advantages by the clipped ratio
     ``pi_new / pi_old`` of the earlier agents' completions in the same joint response (HAPPO). Needs
     joint_mode="aligned" and parallel_training other than "mp"."""
+    # --- DAPO (Yu et al. 2025), each off by default; loss_type="dapo" alone is only its token-mean loss
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: a group (one agent's K completions at a node) whose credited rewards are
+    all equal never enters the rollout buffer, so the buffer fills from the following steps' items and
+    every update holds ``rollout_buffer_size`` groups that carry signal (a partial buffer is still
+    drained at an epoch's end); the dropped groups' tokens no longer count in any normaliser. Logged:
+    ``dynamic_sampling/dropped_fraction``. Not with advantage_grouping="agent_turn", sequential_updates
+    or torchrun."""
+    overlong_filtering: bool = False
+    """DAPO's overlong filtering: a completion that reached ``max_new_tokens`` without an end-of-sequence
+    token is masked out of the loss (its tokens count nowhere, its siblings keep their weights); its
+    reward still enters its group's baseline. Logged: ``agent_i/overlong_filtered_fraction``."""
+    soft_overlong_cache: Optional[int] = None
+    """L_cache of DAPO's soft overlong punishment (None: off): with ``L_max = max_new_tokens``, a
+    completion of ``|y|`` tokens (EOS included) gets ``(L_max - L_cache - |y|) / L_cache`` added to its
+    credited reward when ``|y| > L_max - L_cache``, 0 below (so -1 at ``|y| = L_max``). Must be below
+    max_new_tokens."""
 
     def _validate_variants(self) -> None:
         """The learning variants, and the combinations with existing features that are refused."""
-        require_choice(self, "loss_type", policy_loss_names())
+        self._validate_policy_loss()
         require_choice(self, "scale_rewards", SCALE_REWARDS)
         require_choice(self, "advantage_grouping", ADVANTAGE_GROUPINGS)
-        require_optional_positive(self, "epsilon_high")
-        for name in ("counterfactual_credit", "sequential_updates"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False. Got {getattr(self, name)!r}.")
-        if self.epsilon_high is not None and self.importance_clip_range is None:
-            raise ValueError("epsilon_high needs importance_clip_range (the lower clip bound); set both or neither.")
+        self._validate_dapo()
         if self.scale_rewards != "group" and not self.advantage_normalization:
             raise ValueError(f"scale_rewards={self.scale_rewards!r} needs advantage_normalization=True "
                              "(with it off nothing is scaled); set advantage_normalization=True or leave scale_rewards='group'.")
@@ -80,6 +87,21 @@ class LearningVariantFields(ConfigBase):
         if self.sequential_updates and self.parallel_training == "mp":
             raise ValueError('sequential_updates cannot run with parallel_training="mp" (the agents update one after '
                              'another); use parallel_training="none".')
+
+    def _validate_dapo(self) -> None:
+        cache = self.soft_overlong_cache
+        if cache is not None and (isinstance(cache, bool) or not isinstance(cache, int) or not 1 <= cache < self.max_new_tokens):
+            raise ValueError(f"soft_overlong_cache must be None or an integer in [1, max_new_tokens - 1] = [1, "
+                             f"{self.max_new_tokens - 1}] (DAPO's L_cache, the tokens before max_new_tokens where the "
+                             f"penalty ramps from 0 to -1). Got {cache!r}.")
+        if self.dynamic_sampling and self.advantage_grouping != "node":
+            raise ValueError('dynamic_sampling drops a node\'s group when its rewards tie, but with advantage_grouping='
+                             '"agent_turn" a tied node still carries signal against the pooled baseline; use '
+                             'advantage_grouping="node" or dynamic_sampling=False.')
+        if self.dynamic_sampling and self.sequential_updates:
+            raise ValueError("dynamic_sampling can keep one agent's group of a node and drop another's, so the agents' "
+                             "buffers no longer hold the same joint responses that sequential_updates weights; set one "
+                             "of them to False.")
 
 
 @dataclass
@@ -127,7 +149,8 @@ class MAGRPOConfig(RolloutFields, LearningVariantFields):
     """PPO clip epsilon of stale groups: a group consumed after its agent stepped since sampling it
     (leftovers of multi-turn trees, later minibatches when ``train_batch_size < rollout_buffer_size``,
     later turns of a buffer, later buffers of one generation) is weighted by ``pi / pi_sampling`` with
-    the log-probs recorded while sampling (None: unclipped importance weights)."""
+    the log-probs recorded while sampling, clipped to ``[1 - eps, 1 + (epsilon_high or eps)]`` (None:
+    unclipped importance weights; loss_type="gspo": GSPO's 3e-4 unless set)."""
 
     def __post_init__(self) -> None:
         require_int_at_least(self, "num_train_epochs", 1)

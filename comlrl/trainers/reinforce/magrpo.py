@@ -15,7 +15,7 @@ from comlrl.models.lora import normalize_peft_configs
 from comlrl.rollout.tree import GroupSample
 from comlrl.telemetry.progress import library_bars
 from comlrl.telemetry.wandb_sink import check_wandb_ready
-from comlrl.trainers.combinations import check_data_parallel
+from comlrl.trainers.combinations import check_data_parallel, refuse_dynamic_sampling_under_torchrun
 from comlrl.trainers.construction import bind_task, check_transition, plan_team, resolve_config
 from comlrl.trainers.registry import ALGORITHMS, algorithm_defaults
 from comlrl.trainers.reinforce.config import MAGRPOConfig, MAREINFORCEConfig, MAReMaxConfig, MARLOOConfig
@@ -98,6 +98,7 @@ class MAGRPOTrainer(Trainer):
                          max_new_tokens=args.max_new_tokens)
         check_transition(args, external_transition, "MAGRPO")
         check_eval_hooks(eval_logger, eval_aggregator)
+        refuse_dynamic_sampling_under_torchrun(args)
         model_config = check_model_config(model_config)
         peft_configs = normalize_peft_configs(peft_config, count)
         self.args, self.task, self.model_name = args, task, plan.model_name

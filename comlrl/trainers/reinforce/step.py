@@ -3,7 +3,9 @@ top to bottom:
 
   1. rollout   the trees of a batch of items: every agent samples K completions per node, one
                generate call per agent per tree level; one reward per joint response
-  2. buffer    each (node, agent) group goes to that agent's rollout buffer
+  2. buffer    each (node, agent) group goes to that agent's rollout buffer (with DAPO's dynamic
+               sampling only a group whose credited rewards differ: the buffer then fills from the
+               next steps' items)
   3. credit    every full buffer is drained: per turn, the advantages of its groups
                (``GroupCredit``: baseline, normalisation, grouping, counterfactual credit)
   4. update    shuffled minibatches of ``train_batch_size`` groups, one batched forward/backward
@@ -25,12 +27,23 @@ from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.reinforce.group_credit import GroupCredit
 from comlrl.trainers.run import DatasetEpochs, Run
-from comlrl.trainers.update import PolicyRows, UpdateSettings, backward_policy_rows, step_tokens
+from comlrl.trainers.update import PolicyRows, UpdateSettings, backward_policy_rows
 
 
 def chunked(values: List[Any], size: int) -> Iterator[List[Any]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
+
+
+def credit_metrics(minibatch: List[tuple]) -> Dict[str, float]:
+    """The advantages' and returns' statistics of a minibatch of (sample, [K] advantages) pairs: taken
+    over the whole (global) minibatch, so a data-parallel run logs what one process would (a rank's
+    share alone has another spread)."""
+    stacked = torch.cat([adv for _, adv in minibatch])
+    return {"advantage_std": float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0,
+            "advantage_abs_mean": float(stacked.abs().mean()),
+            "frac_zero_signal_groups": zero_signal_fraction([adv for _, adv in minibatch]),
+            "return_mean": float(torch.cat([s.returns for s, _ in minibatch]).mean())}
 
 
 class GroupStep(DatasetEpochs):
@@ -46,8 +59,8 @@ class GroupStep(DatasetEpochs):
         self.reward = reward
         self.name = name
         self.credit = GroupCredit.from_config(args)
-        self.update_settings = UpdateSettings.from_config(args, loss_type=args.loss_type, clip_high=args.epsilon_high,
-                                                          has_references=bool(self.team.reference_models))
+        self.update_settings = UpdateSettings.from_config(args, has_references=bool(self.team.reference_models),
+                                                          overlong_filtering=args.overlong_filtering)
         self.buffers: List[List[GroupSample]] = [[] for _ in range(self.team.num_agents)]
 
     # ------------------------------------------------------------------ the epoch's steps
@@ -79,7 +92,7 @@ class GroupStep(DatasetEpochs):
         correlation = self.credit.correlation(result.samples, team.num_agents, self.args.num_generations)
         if correlation is not None:
             run.metrics.record({"agents/credit_correlation": correlation})
-        for sample in result.samples:
+        for sample in self.kept(result.samples):
             sample.policy_version = team.policies[sample.agent_idx].version
             sample.order = [start, *sample.order]
             self.buffers[sample.agent_idx].append(sample)
@@ -91,6 +104,16 @@ class GroupStep(DatasetEpochs):
                 buffer = buffer[size:]
             self.buffers[agent] = buffer
         self.run_updates(batches)
+
+    def kept(self, samples: List[GroupSample]) -> List[GroupSample]:
+        """The groups that enter the buffers: all of them, or with ``dynamic_sampling`` those whose
+        credited rewards differ (DAPO); the dropped fraction is logged."""
+        if not self.args.dynamic_sampling:
+            return samples
+        kept = [s for s in samples if self.credit.carries_signal(s)]
+        if samples:
+            self.run.metrics.record({"dynamic_sampling/dropped_fraction": 1.0 - len(kept) / len(samples)})
+        return kept
 
     def flush(self) -> None:
         batches = [[buffer] if buffer else [] for buffer in self.buffers]
@@ -187,8 +210,10 @@ class GroupStep(DatasetEpochs):
             for minibatch in chunked(pairs, self.args.train_batch_size):
                 share = self.team.dist.share(list(minibatch), "train_batch_size")
                 metrics = self.policy_step(agent, share)
+                metrics.update(credit_metrics(minibatch))  # over the global minibatch: every rank logs the same
                 if factors:
-                    metrics["sequential_factor_mean"] = float(torch.cat([factors.get(s.node_key, a.new_ones(a.shape)) for s, a in share]).mean())
+                    carried = [factors.get(s.node_key, a.new_ones(a.shape)) for s, a in minibatch]
+                    metrics["sequential_factor_mean"] = float(torch.cat(carried).mean())
                 rows.append({f"agent_{agent}/{k}": v for k, v in metrics.items()})
         return rows
 
@@ -212,15 +237,8 @@ class GroupStep(DatasetEpochs):
                 reference = sample.reference_logprobs[k] if sample.reference_logprobs is not None else None
                 rows.add(sample.prompt_ids, completion, float(advantages[k]), weight, old, stale, reference)
         label = f"{self.name} agent {agent} (env_step {self.run.state.env_step})"
-        settings = self.update_settings
-        tokens = step_tokens(rows, self.team.dist.sum_tensors) if settings.loss.needs_step_tokens else None
-        metrics = backward_policy_rows(policy, rows, settings, label=label, step_token_mean=tokens).metrics()
+        metrics = backward_policy_rows(policy, rows, self.update_settings, label=label, sum_over_ranks=self.team.dist.sum_tensors).metrics()
         metrics["grad_norm"] = policy.optimizer.step(label)  # before clipping
-        stacked = torch.cat([adv for _, adv in minibatch])
-        metrics["advantage_std"] = float(stacked.std(unbiased=False)) if stacked.numel() > 1 else 0.0
-        metrics["advantage_abs_mean"] = float(stacked.abs().mean())
-        metrics["frac_zero_signal_groups"] = zero_signal_fraction([adv for _, adv in minibatch])
-        metrics["return_mean"] = float(torch.cat([s.returns for s, _ in minibatch]).mean())
         return metrics
 
     # ------------------------------------------------------------------ checkpoint contents

@@ -88,6 +88,22 @@ def test_a_preferred_completion_gains_probability(tiny_paths, arrangement):
     assert_preference_learned(before, completion_logprobs(model, tokenizer, prompts, ids))
 
 
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo", "bnpo", "gspo"])
+@pytest.mark.parametrize("arrangement", ["iac_separate", "maac"])
+def test_every_policy_loss_raises_the_preferred_completion(tiny_paths, arrangement, loss_type):
+    """The actors take the registry's losses through the one update path; two passes over each buffer,
+    so the second is importance-weighted and clipped (GSPO: at its own 3e-4 / 4e-4)."""
+    model, tokenizer, ids = two_token_policy(tiny_paths["llama"])
+    prompts = PROMPTS[:4]
+    before = completion_logprobs(model, tokenizer, prompts, ids)
+    trainer = build(arrangement, model, tiny_paths["llama"], preference_reward, dataset(4), tokenizer=tokenizer, num_agents=1,
+                    num_generations=4, rollout_buffer_size=4, update_epochs=2, loss_type=loss_type,
+                    **{**ONE_TOKEN, "agent_learning_rate": 5e-3})
+    assert trainer.step.update_settings.loss.name == loss_type
+    trainer.train()
+    assert_preference_learned(before, completion_logprobs(model, tokenizer, prompts, ids))
+
+
 def values_of(model, samples):
     """The value of each sample's critic input (prompt for V, prompt + completion for Q) now."""
     with torch.no_grad():
