@@ -101,5 +101,5 @@ def test_checkpoint_interval_above_one_still_saves_after_the_last_epoch(tiny_pat
     trainer = MAGRPOTrainer(agents=[tiny_paths["llama"]], num_agents=1, reward_func=lambda c: [float(len(x)) for x in c],
                             train_dataset=prompt_dataset(1), args=MAGRPOConfig(**{**BASE, "num_train_epochs": 3}, num_agents=1))
     trainer.train(checkpoint_dir=str(tmp_path), checkpoint_interval=2)
-    epochs = sorted(read_checkpoint_metadata(str(tmp_path / name))["progress"]["epoch"] for name in os.listdir(tmp_path))
+    epochs = sorted(read_checkpoint_metadata(str(tmp_path / name))["progress"]["epoch"] for name in os.listdir(tmp_path) if name.startswith("checkpoint-"))
     assert epochs == [2, 3]  # every 2nd epoch, and the last one although 3 is not a multiple of 2
