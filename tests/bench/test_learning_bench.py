@@ -102,6 +102,7 @@ def test_unfinished_runs_are_reported_on_common_steps(learning, tmp_path):
     assert_close(x["default_mean_reward_common_steps"], 0.3)
 
 
+@no_signal_expected  # tiny or scripted models: a step's answers may all score alike
 @pytest.mark.parametrize("variant", ["dr_grpo", "dapo", "counterfactual", "cross"])
 def test_the_sweeps_variants_run_on_tldr(learning, tiny_paths, tmp_path, variant):
     """The variants of the measured sweep (issue 28: DAPO complete, and cross mode as the control of

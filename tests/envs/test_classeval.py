@@ -14,6 +14,7 @@ import json
 import textwrap
 
 import pytest
+from tests.helpers.common import no_signal_expected
 
 from comlrl.cli.main import main
 from comlrl.envs import get_environment
@@ -326,6 +327,7 @@ def test_the_bundled_configs_resolve_with_the_published_settings(capsys):
         assert section["num_train_epochs"] == epochs and section["num_generations"] == 1 and section["critic_learning_rate"] == 5e-6
 
 
+@no_signal_expected  # tiny or scripted models: a step's answers may all score alike
 @pytest.mark.slow
 def test_a_tiny_team_trains_on_the_offline_sample(chat_models, tmp_path):
     run = train("magrpo_classeval_config.yaml", [f"agent_model.name={chat_models['qwen']}", "agent_model.torch_dtype=float32",

@@ -18,7 +18,7 @@ from datasets import Dataset
 from comlrl.checkpoint import layout
 from comlrl.models.storage import StorageError, check_writable, storage_fault
 from comlrl.trainers.reinforce import MAGRPOConfig, MAGRPOTrainer
-from tests.helpers.common import length_ratio
+from tests.helpers.common import length_ratio, no_signal_expected
 
 DISK_FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
 
@@ -128,6 +128,7 @@ def test_save_model_none_is_a_value_error_naming_the_argument(tiny_paths):
         trainer.save_model(None)
 
 
+@no_signal_expected  # tiny or scripted models: a step's answers may all score alike
 def test_a_full_disk_at_a_checkpoint_keeps_the_earlier_ones_and_resume_works(tiny_paths, tmp_path, monkeypatch):
     import torch
 

@@ -5,7 +5,7 @@ test_direction_variants.py."""
 
 import pytest
 import torch
-from tests.helpers.common import PROMPTS, snapshot
+from tests.helpers.common import PROMPTS, snapshot, no_signal_expected
 from tests.helpers.common import prompt_dataset as dataset
 from tests.helpers.direction import (
     ONE_TOKEN,
@@ -133,6 +133,7 @@ def test_soft_overlong_punishment_is_added_to_each_completions_credit():
     assert not GroupCredit.from_config(MAGRPOConfig(num_turns=1, max_new_tokens=8)).carries_signal(sample)
 
 
+@no_signal_expected  # tiny or scripted models: a step's answers may all score alike
 @pytest.mark.parametrize("flip", [False, True], ids=["punished", "flipped"])
 def test_soft_overlong_punishment_shortens_completions(tiny_paths, flip):
     """A policy over "b" and EOS, max_new_tokens=2 and L_cache=1: "<eos>" (1 token) takes no penalty,
