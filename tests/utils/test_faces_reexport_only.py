@@ -11,7 +11,7 @@ import pytest
 import comlrl.schedulers
 import comlrl.utils
 
-# 1.4.3's public names per face path (docs: /work/shared/spec/api-core.md, section 0) -> the real home
+# 1.4.3's public names per face path (docs: ../shared/spec/api-core.md, section 0) -> the real home
 FACES = {
     "comlrl.utils": {
         "read_checkpoint_metadata": "comlrl.checkpoint.layout",
