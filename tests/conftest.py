@@ -89,6 +89,22 @@ def _seeded():
     yield
 
 
+@pytest.fixture(autouse=True)
+def _environment_registry():
+    """Environments a test registers (its own tasks, or `comlrl train --import MODULE` run in this
+    process) leave with it: the registry is restored after every test, and a test helper module first
+    imported by the test is forgotten with them, so that the next `--import` of it registers again."""
+    from comlrl.envs import base
+
+    saved, helpers = dict(base._REGISTRY), {name for name in sys.modules if name.startswith("tests.")}
+    yield
+    if base._REGISTRY != saved:
+        base._REGISTRY.clear()
+        base._REGISTRY.update(saved)
+        for name in [name for name in sys.modules if name.startswith("tests.") and name not in helpers]:
+            del sys.modules[name]
+
+
 def _active_wandb_run():
     wandb = sys.modules.get("wandb")
     return getattr(wandb, "run", None) if wandb is not None else None

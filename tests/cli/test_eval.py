@@ -270,12 +270,10 @@ def test_data_and_decoding_refusals(saved_run, tmp_path, capsys, no_model_loads)
         evaluate("--agents", run, "--greedy", "--sample", "2", *QUIET)
 
 
-def test_a_split_without_rows_is_refused(saved_run, capsys, no_model_loads, monkeypatch):
+def test_a_split_without_rows_is_refused(saved_run, capsys, no_model_loads):
     from datasets import Dataset
 
-    from comlrl.envs import Environment, base, register_environment
-
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))  # the test's environment leaves with the test
+    from comlrl.envs import Environment, register_environment
 
     def build(options):
         def loader(*, split, **_):
