@@ -219,10 +219,13 @@ class MicroBatch:
 def step_tokens(rows: PolicyRows, sum_over_ranks: Any = None) -> float:
     """The mean real tokens per row over one optimizer step's rows (every data-parallel rank's, when
     ``sum_over_ranks(*tensors)`` is given; a row masked out of the loss counts as a row of no tokens):
-    the "step_tokens" normaliser (DAPO's token mean over the tokens the loss counts)."""
+    the "step_tokens" normaliser (DAPO's token mean over the tokens the loss counts). A step whose
+    every row is masked out has no term to divide: 1.0 then, and its loss and gradient are 0."""
     tokens, count = torch.tensor([float(rows.tokens())]), torch.tensor([float(len(rows))])
     if sum_over_ranks is not None:
         tokens, count = sum_over_ranks(tokens, count)
+    if float(tokens[0]) == 0.0:  # every row masked out (all truncated): every term is 0, whatever divides it
+        return 1.0
     return float(tokens[0]) / max(float(count[0]), 1.0)
 
 

@@ -95,3 +95,13 @@ def test_overlong_filtering_takes_truncated_rows_out_of_the_loss_and_the_normali
     # DAPO's normaliser counts only the finished rows' tokens over all 4 rows: T = (2 + 3) / 4 = 1.25
     dapo, _ = gradient(agent, rows_of(advantages, completions), "dapo", kl_coef=0.1, overlong_filtering=True)
     torch.testing.assert_close(dapo, expected / 1.25, rtol=RTOL, atol=RTOL * float(expected.abs().max()))
+
+
+@pytest.mark.parametrize("loss_type", ["dapo", "bnpo", "grpo", "dr_grpo", "sequence_sum"])
+def test_a_step_whose_every_completion_is_truncated_updates_nothing(tiny_paths, loss_type):
+    """Overlong filtering with every completion at the limit without EOS (DAPO on TLDR met it at 48
+    new tokens): no token counts, so the loss, the KL term and the gradient are 0, and nothing raises."""
+    agent = agent_of(tiny_paths["llama"])
+    filtered, result = gradient(agent, rows_of([1.0, -1.0, 0.5, -0.5], COMPLETIONS), loss_type, kl_coef=0.1, overlong_filtering=True)
+    assert result.overlong_filtered_fraction == 1.0
+    assert filtered.numel() == 0 or bool((filtered == 0).all())
