@@ -117,6 +117,17 @@ def dataset_steps(dataset: Any, start: int, size: int) -> Iterator[Tuple[int, Li
         yield position, items
 
 
+def logged_evaluation(run: "Run", report: Callable[[List[Any]], Any], num_eval_samples: Optional[int]) -> Dict[str, float]:
+    """``evaluate()`` of every family: ``report(items).metrics`` on up to ``num_eval_samples`` eval
+    items, written to the run's metrics; an empty dict without an eval dataset or with 0 samples."""
+    items = evaluation_items(run.args, run.task.eval_dataset, num_eval_samples)
+    if not items:
+        return {}
+    metrics = report(items).metrics
+    run.metrics.write(metrics, run.state.env_step)
+    return metrics
+
+
 def evaluation_items(args: Any, dataset: Any, num_eval_samples: Optional[int]) -> List[Any]:
     """Up to ``num_eval_samples`` (default ``args.eval_num_samples``) items of ``dataset``; none
     without a dataset or for a count of 0."""

@@ -12,7 +12,7 @@ from comlrl.trainers.actor_critic.samples import RolloutSample
 from comlrl.trainers.actor_critic.step import ActorCriticStep, mean, prefixed
 from comlrl.trainers.eval_metrics import extra_metrics
 from comlrl.trainers.evaluation import TRAINING, DetailsFn, EvalReport, EvalSettings, run_episodes
-from comlrl.trainers.run import evaluation_items
+from comlrl.trainers.run import logged_evaluation
 
 
 class ActorCriticEvaluation:
@@ -30,13 +30,7 @@ class ActorCriticEvaluation:
         when enabled) and ``eval/<key>`` for each ``metrics_callback`` key, averaged over items; an
         empty dict without an eval dataset or with 0 samples. No critic or extra forward runs.
         """
-        run = self.step.run
-        items = evaluation_items(run.args, run.task.eval_dataset, num_eval_samples)
-        if not items:
-            return {}
-        metrics = self.report(items).metrics
-        run.metrics.write(metrics, run.state.env_step)
-        return metrics
+        return logged_evaluation(self.step.run, self.report, num_eval_samples)
 
     def report(self, items: Sequence[Any], settings: EvalSettings = TRAINING, details: Optional[DetailsFn] = None) -> EvalReport:
         """The episodes of ``items`` as ``settings`` asks and their metrics (nothing is logged);

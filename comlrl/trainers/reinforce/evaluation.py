@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from comlrl.rollout.rewards import RewardFunction
 from comlrl.trainers.eval_metrics import extra_metrics
 from comlrl.trainers.evaluation import TRAINING, DetailsFn, EvalReport, EvalSettings, Episode, run_episodes, turn_metrics
-from comlrl.trainers.run import Run, evaluation_items
+from comlrl.trainers.run import Run, logged_evaluation
 
 
 class GroupEvaluation:
@@ -29,13 +29,7 @@ class GroupEvaluation:
         Returns ``eval/turn_k/reward_mean`` and ``eval/turn_k/expected_return`` (plus the keys of
         ``eval_aggregator``); an empty dict without an eval dataset or with 0 samples.
         """
-        run = self.run
-        items = evaluation_items(run.args, run.task.eval_dataset, num_eval_samples)
-        if not items:
-            return {}
-        metrics = self.report(items).metrics
-        run.metrics.write(metrics, run.state.env_step)
-        return metrics
+        return logged_evaluation(self.run, self.report, num_eval_samples)
 
     def report(self, items: Sequence[Any], settings: EvalSettings = TRAINING, details: Optional[DetailsFn] = None) -> EvalReport:
         """The episodes of ``items`` as ``settings`` asks and their metrics (nothing is logged)."""
