@@ -29,6 +29,7 @@ The contract:
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
@@ -85,8 +86,9 @@ class VLLMGenerator:
     @classmethod
     def for_policy(cls, policy: Any, gpu_memory_utilization: float) -> "VLLMGenerator":
         engine = ENGINE_FACTORY(policy.model, policy.device, gpu_memory_utilization)
-        scorer = lambda prompts, tokens, temperature: policy.token_logprobs(policy.model, prompts, tokens, temperature)  # noqa: E731
-        return cls(engine, policy.tokenizer, policy.model, lambda: policy.version, sleep_between_phases=engine.can_sleep, scorer=scorer)
+        agent = weakref.proxy(policy)  # the agent owns this generator: no cycle keeps the engine alive after it
+        scorer = lambda prompts, tokens, temperature: agent.token_logprobs(agent.model, prompts, tokens, temperature)  # noqa: E731
+        return cls(engine, policy.tokenizer, policy.model, lambda: agent.version, sleep_between_phases=engine.can_sleep, scorer=scorer)
 
     def _sync(self) -> None:
         version = self.version()

@@ -19,6 +19,7 @@ import math
 import os
 import re
 import time
+import weakref
 from collections import defaultdict
 from typing import Any, Dict, List, Mapping, Optional, Protocol
 
@@ -80,8 +81,13 @@ class JsonlSink:
                 f"config to start that log afresh, or continue that run with train(resume_from_checkpoint=...)."
             )
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-        self._file = open(self.path, "w" if rows else "a", encoding="utf-8")
+        self._open("w" if rows else "a")
         self._claimed = True
+
+    def _open(self, mode: str) -> None:
+        """Open the log; a sink freed without ``close()`` (a trainer dropped unclosed) closes it then."""
+        self._file = open(self.path, mode, encoding="utf-8")
+        weakref.finalize(self, self._file.close)
 
     def write(self, row: Mapping[str, float], step: int) -> None:
         self.claim()
@@ -101,7 +107,7 @@ class JsonlSink:
         self._claimed = True
         if not history or not os.path.isfile(self.path):
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
+            self._open("a")
             return
         with open(self.path, encoding="utf-8") as handle:
             lines = handle.readlines()
@@ -123,7 +129,7 @@ class JsonlSink:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(staging, self.path)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self._open("a")
 
 
 class MetricsLogger:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, ContextManager, Dict, List, Optional, Sequence
 
 import torch
@@ -18,6 +19,11 @@ from comlrl.rollout.batch import build_sequence_batch
 from comlrl.rollout.generation import Completions, GenerationBackend, HFGenerator
 from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.optim import AgentOptimizer
+
+
+def compute_context(precision: Optional[Precision], device: torch.device) -> ContextManager:
+    """The compute-dtype context of forwards on ``device`` under ``precision`` (None: a no-op)."""
+    return precision.autocast(device) if precision is not None else contextlib.nullcontext()
 
 
 class PolicyAgent:
@@ -37,12 +43,13 @@ class PolicyAgent:
         self.precision = precision
         self.pad_id = pad_token_id(tokenizer)
         self.eos_ids = tuple(eos_token_ids(tokenizer, model))  # the ids every generation backend stops at
-        self.generator: GenerationBackend = HFGenerator(model, tokenizer, device, autocast=self.autocast)
+        autocast = functools.partial(compute_context, precision, device)  # not a bound method: no agent <-> generator cycle
+        self.generator: GenerationBackend = HFGenerator(model, tokenizer, device, autocast=autocast)
         self.optimizer: Optional[AgentOptimizer] = None
 
     def autocast(self) -> ContextManager:
         """The compute-dtype context of this agent's forwards (a no-op unless mixed precision)."""
-        return self.precision.autocast(self.device) if self.precision is not None else contextlib.nullcontext()
+        return compute_context(self.precision, self.device)
 
     def token_logprobs(self, model: nn.Module, prompts: Sequence[torch.Tensor], completions: Sequence[torch.Tensor], temperature: float) -> torch.Tensor:
         """``[R, C]`` log-probs of the completions under ``model`` (no grad, eval mode)."""

@@ -19,10 +19,16 @@ to continue.
 
 The run owns the reporting (``Reporting``), the progress cursor (``TrainingState``) and the
 checkpoints (``CheckpointStore`` over ``RunCheckpoints``).
+
+Ownership runs one way: the trainer holds its run, evaluation and step, the run holds its step and
+checkpoint contents, and a part that needs its owner back holds ``owner_view(owner)``, a weak proxy.
+No reference cycle then passes through the models, so they are freed as soon as the trainer is
+(``Trainer``'s "Lifetime").
 """
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Protocol, Sequence, Tuple
 
@@ -43,6 +49,13 @@ from comlrl.trainers.construction import Task
 from comlrl.trainers.datasets import dataset_length, is_map_dataset
 from comlrl.trainers.reporting import Reporting
 from comlrl.trainers.team import Team
+
+
+def owner_view(owner: Any) -> Any:
+    """``owner`` as a part it owns holds it: a weak proxy (``owner`` itself when already one), so the
+    part keeps no cycle alive (see the module docstring). A bound method taken through the proxy holds
+    the owner: look methods up at each call (``lambda: view.evaluate()``)."""
+    return owner if isinstance(owner, weakref.ProxyTypes) else weakref.proxy(owner)
 
 
 @dataclass
@@ -165,10 +178,10 @@ class Run:
         self.state = TrainingState()
         self.generation_kwargs: Dict[str, Any] = {}
         self.step: Optional[Step] = None
-        self.body: Callable[[], None] = self.run_epochs
-        self.contents = RunCheckpoints(self)
+        self.body: Optional[Callable[[], None]] = None  # what train() runs; None: run_epochs (a part may set its own)
+        self.contents = RunCheckpoints(owner_view(self))
         self.checkpoints = CheckpointStore(self.contents)
-        self.after_epoch_checkpoint: Callable[[int, bool], Optional[str]] = self.epoch_checkpoint
+        self.after_epoch_checkpoint: Optional[Callable[[int, bool], Optional[str]]] = None  # None: epoch_checkpoint
         self.clock: Optional[RunClock] = None  # the remaining-time estimate of the running epochs
 
     @property
@@ -205,7 +218,7 @@ class Run:
         store.interrupt = Interruptible(defer=schedule.directory is not None, notice=store.stop_notice(schedule))
         try:
             with store.interrupt:
-                self.body()
+                (self.body or self.run_epochs)()
         except TrainingPreempted as stop:  # at a step boundary, checkpointed: the state is whole
             error, stop.where = stop, self.describe_position()
             if self.team.dist.is_main:
@@ -295,7 +308,7 @@ class Run:
                 bar.close()
             state.epoch += 1
             state.position = 0
-            saved = self.after_epoch_checkpoint(state.epoch, state.epoch >= total)
+            saved = (self.after_epoch_checkpoint or self.epoch_checkpoint)(state.epoch, state.epoch >= total)
             if state.epoch < total:  # a boundary where the run may save and stop (after the last epoch it ends anyway)
                 self.checkpoints.boundary(layout.epoch_checkpoint_name(state.epoch), saved)
 

@@ -7,6 +7,12 @@ CoMLRL 1.4.x classes (``MAGRPOTrainer``, ``IACTrainer``, ...) derive from this c
 their pinned constructor signatures and assemble those parts; everything a user calls
 (``train``, ``evaluate``, ``save_model``, ``save_checkpoint``, ``load_checkpoint``, ``close`` and
 the 1.4.x attributes) is here, delegating to the part that does it.
+
+Lifetime: no part holds the trainer, and no reference cycle passes through its parts. A part that
+calls back into its owner (the run's evaluation, the evaluation's hooks, the iterative rounds, a
+step's run) holds a weak proxy of it (``run.owner_view``). So ``del trainer`` frees the models,
+optimizer states and frozen copies at once, by reference counting, without waiting for Python's
+cycle collector (which large tensors do not prompt); ``tests/trainers/test_lifetime.py``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from comlrl.models.saving import all_or_nothing, check_folder_path, check_target
 from comlrl.parallel.fsdp import full_model_state, is_sharded
 from comlrl.telemetry.progress import library_bars
 from comlrl.trainers.construction import Task
-from comlrl.trainers.run import Run, TrainingState
+from comlrl.trainers.run import Run, TrainingState, owner_view
 from comlrl.trainers.team import Team
 
 
@@ -43,6 +49,13 @@ class Trainer:
     run: Run
     evaluation: Any
     model_name: Any = None
+
+    @property
+    def _weak(self) -> "Trainer":
+        """This trainer as its parts hold it (a weak proxy; see "Lifetime" in the module docstring).
+        A callback through it must look the method up at each call (``lambda: t._weak.evaluate()``):
+        ``t._weak.evaluate`` itself is a bound method, which holds the trainer."""
+        return owner_view(self)
 
     # ------------------------------------------------------------------ public API
     def train(

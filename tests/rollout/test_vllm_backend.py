@@ -8,6 +8,8 @@ the trainer uses the engine's log-probs, and that the engine sleeps while the tr
 """
 
 import copy
+import gc
+import weakref
 
 import pytest
 import torch
@@ -194,3 +196,27 @@ def test_the_real_engine_needs_vllm():
 def test_vllm_with_fsdp_is_refused_by_the_config():
     with pytest.raises(ValueError, match=r"generation_backend='vllm' keeps a full copy .* fsdp=True"):
         MAGRPOConfig(num_turns=1, generation_backend="vllm", fsdp=True)
+
+
+def test_a_dropped_trainer_frees_its_engines_at_once(tiny_paths, prompts_dataset, monkeypatch):
+    """The agent owns its generator, which reaches the agent back only weakly: without a cycle, ``del
+    trainer`` shuts the engines (on a GPU, their memory) down by reference counting, collector off."""
+    engines = []
+
+    def factory(model, device, gpu_memory_utilization, offset=0.0):
+        engine = ScriptedEngine(model, offset)
+        engines.append(weakref.ref(engine))
+        return engine
+
+    monkeypatch.setattr(vllm_backend, "ENGINE_FACTORY", factory)
+    trainer = MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=2, reward_func=length_ratio, train_dataset=prompts_dataset,
+                            args=vllm_args())
+    trainer.train()
+    assert len(engines) == 2 and all(ref() is not None for ref in engines)
+    gc.collect()
+    gc.disable()
+    try:
+        del trainer
+        assert all(ref() is None for ref in engines)
+    finally:
+        gc.enable()

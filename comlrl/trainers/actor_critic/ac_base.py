@@ -111,15 +111,16 @@ class ActorCriticTrainerBase(Trainer):
         self.team.start_workers(self.critic_set.models)
         run_config = wandb_run_config(args, self.algorithm_name, model_name=self.model_name, num_agents=count)
         reporting = Reporting(args, self.algorithm_name, self.team.dist, wandb_config, run_config)
+        weak = self._weak
         self.run = Run(args=args, name=self.algorithm_name, class_name=self._class_name(), team=self.team, task=self.task,
-                       reporting=reporting, evaluate=lambda: self.evaluate(), models=self._run_models)
+                       reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
         self.step = ActorCriticStep(args, self.run, self.critic_set, arrangement, self.task.reward, metrics_callback, self.algorithm_name)
         self.evaluation = ActorCriticEvaluation(self.step, self.task.reward)
         self.run.step = self.step
         contents = self.run.contents
         contents.contributors.append(self.step)
         contents.buffers, contents.rank_records = self.step, self.step.rank_records
-        contents.callbacks = lambda: {"metrics_callback": self.metrics_callback}
+        contents.callbacks = lambda: {"metrics_callback": weak.metrics_callback}
 
     # ------------------------------------------------------------------ the 1.4.x attributes
     @property

@@ -32,7 +32,7 @@ from comlrl.trainers.actor_critic.samples import NodeSamples, RolloutSample, ass
 from comlrl.trainers.actor_critic.updates import SharedValueLoss, critic_step, normalized_advantages, rollout_values
 from comlrl.trainers import reference_kl
 from comlrl.trainers.reinforce.step import chunked
-from comlrl.trainers.run import DatasetEpochs, Run
+from comlrl.trainers.run import DatasetEpochs, Run, owner_view
 from comlrl.trainers.update import PolicyRows, UpdateSettings, backward_policy_rows
 
 
@@ -54,7 +54,7 @@ class ActorCriticStep(DatasetEpochs):
     def __init__(self, args: Any, run: Run, critics: CriticSet, arrangement: CriticArrangement, reward: RewardFunction,
                  metrics_callback: Any, name: str, team: Any = None):
         self.args = args
-        self.run = run
+        self.run = owner_view(run)  # the run owns its step
         self.team = team if team is not None else run.team  # MARLHF: the actor-critic team over its agents
         self.critics = critics
         self.arrangement = arrangement

@@ -210,7 +210,7 @@ class MADPOIterTrainer(MADPOTrainer):
         super().__init__(*args, **kwargs)
 
     def _rounds(self) -> PreferenceRounds:
-        return IterativeRounds(self)
+        return IterativeRounds(self._weak)
 
     comparator = rounds_attribute("comparator", "The comparator the team meets every round (``comparators.Comparator``).")
     replay = rounds_attribute("replay", "Every round's pairs and the selection a round trains on (``replay.PreferenceReplay``).")
@@ -238,9 +238,10 @@ class MARLHFIterTrainer(MARLHFTrainer):
         learning = self.reward_learning
         self._reward_initial, _ = trainable_state(learning.model)
         self._reward_trained = False
-        learning.restart = lambda: self._restart_reward_learning()
-        rounds = IterativeRounds(self, self._reward_phase, self._comparison_reward)
-        self.run.contents.contributors.append(_IterativeRewardState(self))
+        weak = self._weak
+        learning.restart = lambda: weak._restart_reward_learning()
+        rounds = IterativeRounds(weak, lambda pairs: weak._reward_phase(pairs), lambda: weak._comparison_reward())
+        self.run.contents.contributors.append(_IterativeRewardState(weak))
         return rounds
 
     def _restart_reward_learning(self) -> None:

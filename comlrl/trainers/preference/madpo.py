@@ -107,13 +107,14 @@ def assemble_preference_team(trainer: Any, given: Dict[str, Any], *, references:
     if roles is not None:
         identity.update(num_roles=roles, num_actor_models=1)
     reporting = Reporting(args, trainer.algorithm_name, trainer.team.dist, given["wandb_config"], wandb_run_config(args, trainer.algorithm_name, **identity))
+    weak = trainer._weak
     trainer.run = Run(args=args, name=trainer.algorithm_name, class_name=trainer._class_name(), team=trainer.team, task=trainer.task,
-                      reporting=reporting, evaluate=lambda: trainer.evaluate(), models=trainer._run_models)
-    trainer.evaluation = GroupEvaluation(trainer.run, trainer.task.reward, hooks=trainer)
+                      reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
+    trainer.evaluation = GroupEvaluation(trainer.run, trainer.task.reward, hooks=weak)
     trainer.num_roles = roles if roles is not None else count
     if roles is not None:
         args.num_agents = roles
-    trainer.run.contents.callbacks = lambda: {"eval_logger": trainer.eval_logger, "eval_aggregator": trainer.eval_aggregator}
+    trainer.run.contents.callbacks = lambda: {"eval_logger": weak.eval_logger, "eval_aggregator": weak.eval_aggregator}
 
 
 def attach_rounds(trainer: Any, rounds: PreferenceRounds, step: Any) -> None:

@@ -38,6 +38,7 @@ from comlrl.trainers.preference.reward_learning import RewardLearning
 from comlrl.trainers.preference.rounds import PREFERENCE_PAIRS, PROGRESS, PreferenceRounds
 from comlrl.trainers.registry import ALGORITHMS, Algorithm
 from comlrl.trainers.reinforce.step import GroupStep
+from comlrl.trainers.run import owner_view
 from comlrl.trainers.trainer import Trainer
 
 __all__ = ["MARLHFConfig", "MARLHFTrainer"]
@@ -167,13 +168,14 @@ class MARLHFTrainer(Trainer):
         self.critic_set: Optional[CriticSet] = None  # the actor-critic backend's
         self.reward_learning = RewardLearning.load(self.args, self.reward_model_source, self._model_config, self.team, self.num_agents,
                                                   self.verbose)
-        self.reward_learning.run = self.run
+        self.reward_learning.run = owner_view(self.run)
         backend = self._build_actor_critic(critic_sources) if self.args.uses_actor_critic else self._build_group()
         attach_rounds(self, self._rounds(), backend)
         contents = self.run.contents
         contents.contributors.append(self.reward_learning)
-        contents.tokenizers = lambda: {**{f"agents.{i}": t for i, t in enumerate(self.tokenizers)},
-                                       "reward_model": self.reward_learning.tokenizer}
+        weak = self._weak
+        contents.tokenizers = lambda: {**{f"agents.{i}": t for i, t in enumerate(weak.tokenizers)},
+                                       "reward_model": weak.reward_learning.tokenizer}
         self.run.step = backend.step if isinstance(backend, ActorCriticBackend) else backend
 
     def _rounds(self) -> PreferenceRounds:

@@ -26,6 +26,7 @@ from comlrl.rollout.scoring import score_completions
 from comlrl.trainers.optim import backward_together
 from comlrl.trainers.preference.collection import PreferencePair
 from comlrl.trainers.preference.rounds import PreferenceRounds
+from comlrl.trainers.run import owner_view
 
 
 class PairStep:
@@ -34,7 +35,7 @@ class PairStep:
     rank_records: tuple = ()
 
     def __init__(self, rounds: PreferenceRounds, name: str):
-        self.rounds = rounds
+        self.rounds = owner_view(rounds)  # the rounds hold this step's reset (after_collection)
         self.run = rounds.run
         self.team = rounds.run.team
         self.args = rounds.run.args

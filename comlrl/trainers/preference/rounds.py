@@ -25,7 +25,7 @@ from comlrl.telemetry.progress import ProgressBar
 from comlrl.trainers.datasets import dataset_length
 from comlrl.trainers.preference.checkpointing import PAIR_RECORDS, pair_list_check
 from comlrl.trainers.preference.collection import ItemCandidates, PreferencePair, candidate_pairs, collect_candidates, score_candidates
-from comlrl.trainers.run import Run, dataset_steps
+from comlrl.trainers.run import Run, dataset_steps, owner_view
 
 PHASES = ("collect", "reward", "policy")
 GENERATION_ROWS = 64  # default candidates per generate call (collection_batch_size=None)
@@ -51,7 +51,7 @@ class PreferenceRounds:
     ``reward_phase``: MARLHF's reward learning (None: no such phase)."""
 
     def __init__(self, run: Run, name: str, reward_phase: Optional[RewardPhase] = None):
-        self.run = run
+        self.run = owner_view(run)  # the run owns its body, these rounds
         self.name = name
         self.reward_phase = reward_phase
         self.progress = PreferenceProgress()

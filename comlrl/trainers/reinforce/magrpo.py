@@ -108,7 +108,7 @@ class MAGRPOTrainer(Trainer):
         self.eval_logger, self.eval_aggregator = eval_logger, eval_aggregator
         self.run = self._new_run(wandb_config)
         self.step = GroupStep(args, self.run, task.reward, self.algorithm_name)
-        self.evaluation = GroupEvaluation(self.run, task.reward, hooks=self)
+        self.evaluation = GroupEvaluation(self.run, task.reward, hooks=self._weak)
         self._attach(self.step)
 
     def _new_run(self, wandb_config: Optional[Dict[str, Any]]) -> Run:
@@ -116,8 +116,9 @@ class MAGRPOTrainer(Trainer):
         self.team.start_workers()
         run_config = wandb_run_config(self.args, self.algorithm_name, model_name=self.model_name, num_agents=self.num_agents)
         reporting = Reporting(self.args, self.algorithm_name, self.team.dist, wandb_config, run_config)
+        weak = self._weak
         return Run(args=self.args, name=self.algorithm_name, class_name=self._class_name(), team=self.team, task=self.task,
-                   reporting=reporting, evaluate=lambda: self.evaluate(), models=self._run_models)
+                   reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
 
     def _attach(self, step: Any) -> None:
         """``step`` is what the run drives, what holds its buffers and what adds its checkpoint state."""
@@ -125,7 +126,8 @@ class MAGRPOTrainer(Trainer):
         contents = self.run.contents
         contents.contributors.append(step)
         contents.buffers, contents.rank_records = step, step.rank_records
-        contents.callbacks = lambda: {"eval_logger": self.eval_logger, "eval_aggregator": self.eval_aggregator}
+        weak = self._weak
+        contents.callbacks = lambda: {"eval_logger": weak.eval_logger, "eval_aggregator": weak.eval_aggregator}
 
 
 def _baseline_trainer(algorithm: str, config: type) -> type:

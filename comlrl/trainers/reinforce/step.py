@@ -26,7 +26,7 @@ from comlrl.rollout.rewards import RewardFunction
 from comlrl.rollout.sampling import draw_seeds
 from comlrl.rollout.tree import GroupSample, RolloutResult, TreeRollout
 from comlrl.trainers.reinforce.group_credit import GroupCredit
-from comlrl.trainers.run import DatasetEpochs, Run
+from comlrl.trainers.run import DatasetEpochs, Run, owner_view
 from comlrl.trainers.update import PolicyRows, UpdateSettings, backward_policy_rows
 
 
@@ -54,7 +54,7 @@ class GroupStep(DatasetEpochs):
 
     def __init__(self, args: Any, run: Run, reward: RewardFunction, name: str):
         self.args = args
-        self.run = run
+        self.run = owner_view(run)  # the run owns its step
         self.team = run.team
         self.reward = reward
         self.name = name
