@@ -152,9 +152,16 @@ class Trainer:
             wandb.write({"final_model_saved": 1.0}, self.env_step)
 
     def close(self) -> None:
-        """Close metric sinks (and finish a W&B run this trainer opened) and stop the agent workers."""
+        """Close metric sinks (and finish a W&B run this trainer opened) and stop the agent workers.
+        Safe to call again. ``with XTrainer(...) as trainer:`` calls it when the block ends, however it ends."""
         self.run.reporting.close()
         self.team.close()
+
+    def __enter__(self) -> "Trainer":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     # ------------------------------------------------------------------ the 1.4.x attributes
     @property

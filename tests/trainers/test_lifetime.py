@@ -79,3 +79,30 @@ def test_del_trainer_frees_its_models_without_the_cycle_collector(kind, tiny_pat
     finally:
         gc.enable()
 
+
+
+def test_a_with_block_closes_the_trainer_however_it_ends(tiny_paths, tmp_path):
+    """``with XTrainer(...) as trainer:`` closes the log file and stops the agent workers when the block
+    ends, also when it raises (the error passes through); closing again changes nothing."""
+    from comlrl.telemetry.metrics import JsonlSink
+
+    def make(out):
+        return MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=2, reward_func=length_ratio, train_dataset=dataset(),
+                             args=MAGRPOConfig(**SMALL, output_dir=str(out), parallel_training="mp", agent_devices=["cpu", "cpu"]))
+
+    def log_file(trainer):
+        (sink,) = [s for s in trainer.run.reporting.metrics.sinks if isinstance(s, JsonlSink)]
+        return sink._file
+
+    with make(tmp_path / "a") as trainer:
+        trainer.train()
+        assert not log_file(trainer).closed and trainer.team.workers._finalizer.alive
+    assert log_file(trainer).closed and not trainer.team.workers._finalizer.alive
+    assert (tmp_path / "a" / "metrics.jsonl").read_text().strip()
+    trainer.close()
+
+    with pytest.raises(KeyError, match="stopped inside the block"):
+        with make(tmp_path / "b") as failing:
+            failing.train()
+            raise KeyError("stopped inside the block")
+    assert log_file(failing).closed and not failing.team.workers._finalizer.alive
