@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import weakref
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 ROWS_FILE = "eval_rows.jsonl"
@@ -25,8 +26,10 @@ class EvalRows:
         self._evaluation = (-1, 0)  # (env_step of the evaluation in progress, items seen in it)
 
     def bind(self, trainer: Any) -> None:
-        """Stamp rows with ``trainer.env_step``."""
-        self._step = lambda: int(trainer.env_step)
+        """Stamp rows with ``trainer.env_step``. The trainer holds these hooks, so they hold it weakly:
+        no cycle keeps a dropped trainer's models alive (docs/design.md, "Lifetime")."""
+        ref = weakref.ref(trainer)
+        self._step = lambda: int(ref().env_step)
 
     # ------------------------------------------------------------------ MAGRPO family
     def eval_logger(self, *, agent_completions_turns: Sequence[Sequence[Sequence[str]]], batch_items: Sequence[Any], **_: Any) -> List[Dict[str, float]]:

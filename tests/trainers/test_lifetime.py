@@ -106,3 +106,32 @@ def test_a_with_block_closes_the_trainer_however_it_ends(tiny_paths, tmp_path):
             failing.train()
             raise KeyError("stopped inside the block")
     assert log_file(failing).closed and not failing.team.workers._finalizer.alive
+
+
+@pytest.mark.filterwarnings("ignore::comlrl.telemetry.signal.NoLearningSignalWarning")
+def test_eval_row_hooks_bound_to_a_trainer_do_not_keep_it(tiny_paths, tmp_path):
+    """``comlrl train``'s evaluation rows: the trainer holds the hooks and the hooks stamp its env_step,
+    so they hold it weakly; rows still carry the step, and ``del trainer`` frees it, collector off."""
+    import json
+
+    from comlrl.telemetry.eval_rows import EvalRows
+
+    path = tmp_path / "eval_rows.jsonl"
+    rows = EvalRows(str(path), lambda *completions, batch_items: [{"chars": float(len(completions[0][0]))}])
+    trainer = MAGRPOTrainer(agent_model=tiny_paths["llama"], num_agents=2, reward_func=length_ratio, train_dataset=dataset(),
+                            eval_dataset=dataset(), eval_logger=rows.eval_logger, eval_aggregator=rows.eval_aggregator,
+                            args=MAGRPOConfig(**SMALL))
+    rows.bind(trainer)
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert "eval/chars" in metrics
+    written = [json.loads(line) for line in path.read_text().splitlines()]
+    assert written and written[-1]["env_step"] == trainer.env_step > 0  # the evaluation after training
+    agent = weakref.ref(trainer.agents[0])
+    gc.collect()
+    gc.disable()
+    try:
+        del trainer
+        assert agent() is None
+    finally:
+        gc.enable()
