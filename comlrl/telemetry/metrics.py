@@ -66,6 +66,7 @@ class JsonlSink:
         self.path = path
         self.overwrite = overwrite
         self._file = None
+        self._closer: Optional[weakref.finalize] = None  # closes the open file once: at close(), or when the sink is freed
         self._claimed = False
 
     def claim(self) -> None:
@@ -87,7 +88,7 @@ class JsonlSink:
     def _open(self, mode: str) -> None:
         """Open the log; a sink freed without ``close()`` (a trainer dropped unclosed) closes it then."""
         self._file = open(self.path, mode, encoding="utf-8")
-        weakref.finalize(self, self._file.close)
+        self._closer = weakref.finalize(self, self._file.close)
 
     def write(self, row: Mapping[str, float], step: int) -> None:
         self.claim()
@@ -96,8 +97,8 @@ class JsonlSink:
         self._file.flush()
 
     def close(self) -> None:
-        if self._file is not None and not self._file.closed:
-            self._file.close()
+        if self._closer is not None:
+            self._closer()  # a finalizer runs once: closing again does nothing
 
     def rewind(self, history: List[Dict[str, Any]], step: int) -> None:
         """Cut the file after the row that matches the last row of ``history`` (the log of the checkpoint

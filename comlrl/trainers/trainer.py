@@ -279,6 +279,13 @@ class Trainer:
     def rollout_buffers(self, value: List[List[Any]]) -> None:
         self.step.buffers = value
 
+    def _open_run(self, reporting: Any) -> Run:
+        """The run of this trainer's args, team and task, reporting to ``reporting``; it calls back into
+        the trainer (evaluation, the models of ``run_summary.json``) through ``_weak`` only."""
+        weak = self._weak
+        return Run(args=self.args, name=self.algorithm_name, class_name=self._class_name(), team=self.team, task=self.task,
+                   reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
+
     def _run_models(self) -> List[Tuple[str, nn.Module, Any]]:
         """``(role, model, source)`` of every trained model, for ``run_summary.json``."""
         return [(f"agents.{i}", model, source) for i, (model, source) in enumerate(zip(self.agents, self.team.sources))]

@@ -25,7 +25,6 @@ from comlrl.trainers.actor_critic.step import ActorCriticStep
 from comlrl.trainers.construction import bind_task, check_transition, plan_team, resolve_config
 from comlrl.trainers.registry import algorithm_defaults
 from comlrl.trainers.reporting import Reporting, wandb_run_config
-from comlrl.trainers.run import Run
 from comlrl.trainers.trainer import Trainer
 
 
@@ -111,15 +110,14 @@ class ActorCriticTrainerBase(Trainer):
         self.team.start_workers(self.critic_set.models)
         run_config = wandb_run_config(args, self.algorithm_name, model_name=self.model_name, num_agents=count)
         reporting = Reporting(args, self.algorithm_name, self.team.dist, wandb_config, run_config)
-        weak = self._weak
-        self.run = Run(args=args, name=self.algorithm_name, class_name=self._class_name(), team=self.team, task=self.task,
-                       reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
+        self.run = self._open_run(reporting)
         self.step = ActorCriticStep(args, self.run, self.critic_set, arrangement, self.task.reward, metrics_callback, self.algorithm_name)
         self.evaluation = ActorCriticEvaluation(self.step, self.task.reward)
         self.run.step = self.step
         contents = self.run.contents
         contents.contributors.append(self.step)
         contents.buffers, contents.rank_records = self.step, self.step.rank_records
+        weak = self._weak
         contents.callbacks = lambda: {"metrics_callback": weak.metrics_callback}
 
     # ------------------------------------------------------------------ the 1.4.x attributes

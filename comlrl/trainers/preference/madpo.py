@@ -31,7 +31,6 @@ from comlrl.trainers.registry import algorithm_defaults
 from comlrl.trainers.reinforce.evaluation import GroupEvaluation
 from comlrl.trainers.reinforce.magrpo import check_eval_hooks, load_language_team
 from comlrl.trainers.reporting import Reporting, wandb_run_config
-from comlrl.trainers.run import Run
 from comlrl.trainers.trainer import Trainer
 
 __all__ = ["AgentPreferenceTensors", "MADPOConfig", "MADPOTrainer", "PreferencePair", "PreferenceProgress"]
@@ -108,8 +107,7 @@ def assemble_preference_team(trainer: Any, given: Dict[str, Any], *, references:
         identity.update(num_roles=roles, num_actor_models=1)
     reporting = Reporting(args, trainer.algorithm_name, trainer.team.dist, given["wandb_config"], wandb_run_config(args, trainer.algorithm_name, **identity))
     weak = trainer._weak
-    trainer.run = Run(args=args, name=trainer.algorithm_name, class_name=trainer._class_name(), team=trainer.team, task=trainer.task,
-                      reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
+    trainer.run = trainer._open_run(reporting)
     trainer.evaluation = GroupEvaluation(trainer.run, trainer.task.reward, hooks=weak)
     trainer.num_roles = roles if roles is not None else count
     if roles is not None:

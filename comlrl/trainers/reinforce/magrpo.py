@@ -116,9 +116,7 @@ class MAGRPOTrainer(Trainer):
         self.team.start_workers()
         run_config = wandb_run_config(self.args, self.algorithm_name, model_name=self.model_name, num_agents=self.num_agents)
         reporting = Reporting(self.args, self.algorithm_name, self.team.dist, wandb_config, run_config)
-        weak = self._weak
-        return Run(args=self.args, name=self.algorithm_name, class_name=self._class_name(), team=self.team, task=self.task,
-                   reporting=reporting, evaluate=lambda: weak.evaluate(), models=lambda: weak._run_models())
+        return self._open_run(reporting)
 
     def _attach(self, step: Any) -> None:
         """``step`` is what the run drives, what holds its buffers and what adds its checkpoint state."""
