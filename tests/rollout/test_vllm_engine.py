@@ -173,7 +173,7 @@ def test_an_unreadable_multiprocessing_setting_is_refused_before_loading(monkeyp
         MAGRPOTrainer(agent_model="/nonexistent/model", reward_func=length_ratio, args=MAGRPOConfig(num_turns=1, generation_backend="vllm"))
 
 
-def test_an_engine_in_a_torchrun_job_leaves_the_jobs_process_group_alone(vllm_paths):
+def test_an_engine_in_a_torchrun_job_leaves_the_jobs_process_group_alone(vllm_paths, tmp_path):
     """torch.distributed was initialised before the engine (a data-parallel job's group): the engine
     runs beside it and its shutdown leaves it working (vLLM's teardown would destroy it)."""
     import json
@@ -185,11 +185,11 @@ def test_an_engine_in_a_torchrun_job_leaves_the_jobs_process_group_alone(vllm_pa
     from tests.parallel.test_data_parallel import free_port
 
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1", f"--master_port={free_port()}",
-               os.path.join(REPO_ROOT, "tests", "helpers", "vllm_dp_worker.py"), vllm_paths["llama"]]
+               os.path.join(REPO_ROOT, "tests", "helpers", "vllm_dp_worker.py"), vllm_paths["llama"], str(tmp_path)]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([REPO_ROOT, os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    results = [json.loads(line[len("RESULT "):]) for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     assert sorted(r["rank"] for r in results) == [0, 1]
     assert all(r["group_alive"] and r["all_reduce"] == 3.0 and len(r["tokens"]) == 4 for r in results), results
     assert results[0]["tokens"] == results[1]["tokens"]  # the same files, greedy
