@@ -349,9 +349,31 @@ def versions() -> Dict[str, str]:
     return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__}
 
 
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable_paths(value: Any) -> Any:
+    """``value`` with every absolute path made machine-neutral, so that a results file can be committed
+    without naming this machine's folders: under this checkout, relative to it (``bench/models/x``);
+    in an installed package, from ``site-packages/`` on; elsewhere, ``.../`` and its last two parts."""
+    if isinstance(value, dict):
+        return {key: portable_paths(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable_paths(item) for item in value]
+    if not isinstance(value, str) or not os.path.isabs(value):
+        return value
+    path = os.path.normpath(value)
+    if os.path.commonpath([path, _CHECKOUT]) == _CHECKOUT:
+        return os.path.relpath(path, _CHECKOUT)
+    parts = path.split(os.sep)
+    if "site-packages" in parts:
+        return "/".join(parts[parts.index("site-packages"):])
+    return ".../" + "/".join(parts[-2:])
+
+
 def emit(result: Dict[str, Any], json_out: Optional[str]) -> None:
-    """Print the JSON line last on stdout (and append it to ``json_out``)."""
-    line = json.dumps(result)
+    """Print the JSON line last on stdout (and append it to ``json_out``), its paths made portable."""
+    line = json.dumps(portable_paths(result))
     sys.stdout.flush()
     print(line, flush=True)
     if json_out:

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from bench_common import portable_paths
+
 
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -68,7 +70,7 @@ def worker(args: argparse.Namespace) -> None:
             "allreduced_bytes_per_step": reduced["bytes"] // max(steps, 1), "allreduce_calls_per_step": reduced["calls"] // max(steps, 1),
             "gradient_bytes_per_agent": params, "threads_per_process": args.threads,
         }
-        print(json.dumps(result), flush=True)
+        print(json.dumps(portable_paths(result)), flush=True)
 
 
 def main() -> None:

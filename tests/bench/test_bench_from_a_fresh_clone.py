@@ -1,9 +1,10 @@
-"""bench/ runs from a fresh clone: no machine path in a committed bench or tool file, every default
-inside the repository, and the bench models built by bench/bench_models.py."""
+"""bench/ runs from a fresh clone: no machine path in a committed bench or tool file (recorded results
+included), every default inside the repository, and the bench models built by bench/bench_models.py."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -24,7 +25,7 @@ def load(name, path):
 
 def committed(folder):
     listed = subprocess.run(["git", "ls-files", folder], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
-    return [name for name in listed.split() if not name.startswith("bench/results/")]
+    return listed.split()
 
 
 @pytest.mark.parametrize("folder", ["bench", "tools"])
@@ -36,6 +37,21 @@ def test_no_committed_bench_or_tool_file_names_a_machine_path(folder):
                 if MACHINE_PATH.search(line):
                     found.append(f"{name}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_bench_results_record_paths_without_the_machine_s_folders(tmp_path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(os.path.join(REPO_ROOT, "bench"))
+    common = load("bench_common_emit", "bench/bench_common.py")
+    result = {"implementation": {"module_file": "/opt/venvs/base/lib/python3.11/site-packages/comlrl/__init__.py"},
+              "config": {"models": [os.path.join(REPO_ROOT, "bench", "models", "tiny-llama"), "/srv/models/tiny-hetero"],
+                         "reward_model": "relative/models/rm", "seed": 3, "temperature": 0.6}}
+    out = tmp_path / "results.jsonl"
+    common.emit(result, str(out))
+    written = json.loads(out.read_text())
+    assert written == {"implementation": {"module_file": "site-packages/comlrl/__init__.py"},
+                       "config": {"models": [os.path.join("bench", "models", "tiny-llama"), ".../models/tiny-hetero"],
+                                  "reward_model": "relative/models/rm", "seed": 3, "temperature": 0.6}}
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == written
 
 
 def test_the_learning_sweep_runs_the_repository_s_own_script(monkeypatch):

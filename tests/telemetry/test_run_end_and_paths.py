@@ -156,7 +156,7 @@ def test_output_dir_and_save_model_paths_that_are_files(tiny_paths, prompts_data
     assert blocker.read_text() == "mine"
 
 
-def test_the_cli_reports_a_signal_in_one_line(monkeypatch, capsys):
+def test_the_cli_reports_a_signal_in_one_line(tmp_path, monkeypatch, capsys):
     import comlrl.cli.train as train_cli
     from comlrl.cli.main import main
 
@@ -165,7 +165,7 @@ def test_the_cli_reports_a_signal_in_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr(train_cli, "run", stopped)
     monkeypatch.setattr(train_cli, "load_data", lambda plan: None)
-    code = main(["train", "--config", "magrpo_tldr_config.yaml", "--offline", "--output-dir", "/tmp/comlrl-unused-run",
+    code = main(["train", "--config", "magrpo_tldr_config.yaml", "--offline", "--output-dir", str(tmp_path / "unused-run"),
                  "--override", "agent_model.name=default"])
     assert code == 143
     assert capsys.readouterr().err.strip() == "comlrl train: interrupted by SIGTERM: training stopped by SIGTERM; final checkpoint /ck/checkpoint-1"
