@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from bench_common import portable_paths
+from bench_common import emit
 
 
 def _free_port() -> int:
@@ -70,7 +70,7 @@ def worker(args: argparse.Namespace) -> None:
             "allreduced_bytes_per_step": reduced["bytes"] // max(steps, 1), "allreduce_calls_per_step": reduced["calls"] // max(steps, 1),
             "gradient_bytes_per_agent": params, "threads_per_process": args.threads,
         }
-        print(json.dumps(portable_paths(result)), flush=True)
+        print(json.dumps(result), flush=True)
 
 
 def main() -> None:
@@ -100,10 +100,7 @@ def main() -> None:
         if done.returncode != 0:
             sys.exit(f"dp_scaling: {procs} process(es) failed:\n{done.stderr[-3000:]}")
         line = [l for l in done.stdout.splitlines() if l.startswith("{")][-1]
-        print(line, flush=True)
-        if args.json_out:
-            with open(args.json_out, "a", encoding="utf-8") as handle:
-                handle.write(line + "\n")
+        emit(json.loads(line), args.json_out)  # printed and appended, its paths made portable
 
 
 if __name__ == "__main__":
